@@ -1,0 +1,143 @@
+"""ToolUseBaseEnv: the base class every tool-use environment subclasses.
+
+In: a designer-written subclass that defines `setup()` and `tool_<name>(**kwargs) -> str` methods.
+Out: a game-shaped env (`reset`/`step`/`solution`) the agent plays through tool calls.
+Guarantees: `step` never raises on malformed agent output; a format error costs `FORMAT_PENALTY`
+and does not end the episode; the episode terminates only once every instruction's success
+criterion holds and the agent answers `<answer>done</answer>`.
+
+The jail worker injects this class into the env module's namespace, so generated code uses the
+name `ToolUseBaseEnv` without importing it. Stdlib only: it runs inside the jail.
+
+What a subclass sets in `setup()` (called by `reset`, with `self.rng` already seeded):
+    self.tools        {name: {"description": str, "parameters": JSON-schema object}}
+    self.state        dict, the hidden world the tools read and change
+    self.instructions list of 3-5 user requests, revealed one at a time
+    self.criteria     list of callables `state -> bool`, one per instruction
+"""
+
+import json
+import random
+import re
+
+FORMAT_PENALTY = -0.1
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
+
+
+class ToolUseBaseEnv:
+    max_turns = 20
+
+    def __init__(self, **kwargs):
+        self.tools, self.state, self.instructions, self.criteria = {}, {}, [], []
+        self.current = 0
+        self.turns = 0
+
+    # -- the part a designer writes -------------------------------------------------------
+    def setup(self):
+        raise NotImplementedError("a tool-use env defines setup()")
+
+    # -- the game contract ------------------------------------------------------------------
+    def reset(self, seed=None):
+        self.rng = random.Random(seed)
+        self.setup()
+        self.current = 0
+        self.turns = 0
+        return self._instruction_text(0), {"tools": self.get_tools()}
+
+    def step(self, action):
+        self.turns += 1
+        action = action if isinstance(action, str) else str(action)
+        calls = TOOL_CALL_RE.findall(action)
+        answer = ANSWER_RE.search(action)
+        if calls:
+            return self._run_calls(calls)
+        if answer:
+            return self._answer(answer.group(1).strip())
+        return self._reply(
+            "Format error: call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}"
+            "</tool_call> or finish with <answer>done</answer>.",
+            FORMAT_PENALTY,
+            error="format",
+        )
+
+    def get_tools(self):
+        return [
+            {"type": "function", "function": {"name": name, **spec}}
+            for name, spec in self.tools.items()
+        ]
+
+    def criteria_status(self):
+        """Each criterion on the current state: True/False, or the error text if it raises."""
+        status = []
+        for criterion in self.criteria:
+            try:
+                status.append(bool(criterion(self.state)))
+            except Exception as exc:  # a criterion that raises is reported, not fatal
+                status.append(f"{type(exc).__name__}: {exc}")
+        return status
+
+    def close(self):
+        pass
+
+    # -- internals --------------------------------------------------------------------------
+    def _run_calls(self, calls):
+        outputs = []
+        for raw in calls:
+            try:
+                call = json.loads(raw)
+                name, arguments = call["name"], call.get("arguments", {})
+                if isinstance(arguments, str):
+                    arguments = json.loads(arguments)
+                if not isinstance(arguments, dict):
+                    raise TypeError("arguments must be an object")
+            except (ValueError, KeyError, TypeError) as exc:
+                return self._reply(f"Format error: bad tool call ({exc}).", FORMAT_PENALTY,
+                                   error="format")
+            outputs.append(self.execute_tool(name, arguments)["output"])
+        return self._reply("\n".join(outputs) + self._advance(), self._progress())
+
+    def execute_tool(self, name, arguments):
+        method = getattr(self, f"tool_{name}", None)
+        if name not in self.tools or method is None:
+            return {"output": f"Error: unknown tool '{name}'.", "returncode": 1}
+        try:
+            return {"output": str(method(**arguments)), "returncode": 0}
+        except TypeError as exc:
+            return {"output": f"Error: bad arguments for {name}: {exc}", "returncode": 1}
+        except Exception as exc:  # a tool's own precondition failure is feedback to the agent
+            return {"output": f"Error: {exc}", "returncode": 1}
+
+    def _advance(self):
+        notes = []
+        while self.current < len(self.instructions) and self._met(self.current):
+            self.current += 1
+            if self.current < len(self.instructions):
+                notes.append(f"\n[STEP {self.current} COMPLETE] Next request: "
+                             f"{self.instructions[self.current]}")
+            else:
+                notes.append("\n[ALL STEPS COMPLETE] Reply <answer>done</answer>.")
+        return "".join(notes)
+
+    def _met(self, index):
+        try:
+            return bool(self.criteria[index](self.state))
+        except Exception:
+            return False
+
+    def _answer(self, text):
+        if self.current >= len(self.instructions) and text.lower() == "done":
+            return self._reply("All requests completed.", 1.0, terminated=True)
+        pending = self.instructions[min(self.current, len(self.instructions) - 1)]
+        return self._reply(f"Not finished yet. Pending request: {pending}", self._progress())
+
+    def _progress(self):
+        return self.current / max(1, len(self.instructions))
+
+    def _reply(self, observation, reward, terminated=False, error=None):
+        truncated = not terminated and self.turns >= self.max_turns
+        info = {"step": self.current, "error": error} if error else {"step": self.current}
+        return observation, float(reward), terminated, truncated, info
+
+    def _instruction_text(self, index):
+        return f"Request {index + 1} of {len(self.instructions)}: {self.instructions[index]}"

@@ -1,0 +1,250 @@
+"""Typed records: one pydantic model per shard line kind.
+
+In: JSON objects (dicts) read from shards. Out: validated models, and dicts ready to write.
+Guarantees: every record carries `kind` and `v` first; ids derive from content
+(`<prefix>_<sha256[:16]>`), so reruns reproduce them; a line written by a newer spade is refused;
+NaN and infinities never reach a shard (orjson would silently write them as null).
+
+Every kind shares: `id`, `parents` (input ids: lineage), `policy` (the checkpoint that produced it,
+when a model did), `ok` and `error` (failures are data), `meta` (free-form, not hashed).
+Unknown extra fields are kept, so `jq` annotations survive a pass through a stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, ClassVar, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+VERSION = 1
+Domain = Literal["game", "tool_use"]
+
+
+class RecordError(ValueError):
+    """A record that cannot be read or written; `where` is `path:line` when known."""
+
+    def __init__(self, msg: str, where: str = ""):
+        super().__init__(f"{where}: {msg}" if where else msg)
+        self.msg, self.where = msg, where
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    msg: str
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: str
+    v: int = VERSION
+    id: str = ""
+    parents: list[str] = Field(default_factory=list)
+    policy: str | None = None
+    ok: bool = True
+    error: Failure | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    prefix: ClassVar[str] = "rec"
+    # Fields left out of the content hash: the id itself and what varies between identical reruns.
+    unhashed: ClassVar[frozenset[str]] = frozenset({"id", "meta"})
+
+    def model_post_init(self, _context: Any) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", f"{self.prefix}_{content_hash(self.identity())[:16]}")
+
+    def identity(self) -> dict[str, Any]:
+        """The content the id is derived from."""
+        return self.model_dump(mode="json", exclude=set(self.unhashed))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        ordered = {"kind": data.pop("kind"), "v": data.pop("v"), "id": data.pop("id")}
+        ordered.update(data)
+        return ordered
+
+
+class Design(Record):
+    """One designer completion: the prompt it saw and the code it wrote."""
+
+    kind: Literal["design"] = "design"
+    prefix: ClassVar[str] = "des"
+    domain: Domain = "game"
+    skill: str = ""
+    difficulty: str | None = None
+    slot: int = 0
+    attempt: int = 0
+    prompt: str | list[dict[str, Any]] = ""
+    completion: str = ""
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    corpus_doc: str | None = None
+    memory_ids: list[str] = Field(default_factory=list)
+    source_path: str | None = None
+
+
+class Env(Record):
+    """A validated environment program, ready to be played."""
+
+    kind: Literal["env"] = "env"
+    prefix: ClassVar[str] = "env"
+    unhashed: ClassVar[frozenset[str]] = frozenset({"id", "meta", "hint", "parents", "policy"})
+    domain: Domain
+    skill: str = ""
+    class_name: str
+    source: str
+    source_hash: str
+    max_turns: int
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    hint: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        # The same program is the same env, whoever designed it and whatever hint it later gets.
+        return {"source_hash": self.source_hash}
+
+
+class Validation(Record):
+    """A rejected design: which check failed and why."""
+
+    kind: Literal["validation"] = "validation"
+    prefix: ClassVar[str] = "val"
+    ok: bool = False
+    check: str
+    outcome: str = "ok"
+    domain: Domain | None = None
+    skill: str = ""
+    source_hash: str | None = None
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    action: str
+    observation: str = ""
+    reward: float = 0.0
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+class Rollout(Record):
+    """One episode of the agent in one env."""
+
+    kind: Literal["rollout"] = "rollout"
+    prefix: ClassVar[str] = "ro"
+    env_id: str
+    hint: bool = False
+    seed: int = 0
+    round: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    outcome: str = "ok"
+
+
+class Regret(Record):
+    """Per-env regret and the designer reward derived from it."""
+
+    kind: Literal["regret"] = "regret"
+    prefix: ClassVar[str] = "rg"
+    env_id: str
+    skill: str = ""
+    round: int = 0
+    hint_reward: float | None = None
+    no_hint_reward: float | None = None
+    regret: float = 0.0
+    win: float = 0.0
+    designer_reward: float = 0.0
+
+
+class Memory(Record):
+    """One environment remembered for the designer's few-shot examples."""
+
+    kind: Literal["memory"] = "memory"
+    prefix: ClassVar[str] = "mem"
+    env_id: str
+    skill: str = ""
+    snippet: str = ""
+    win_rate: float = 0.0
+    regret: float = 0.0
+    round: int = 0
+
+
+class Train(Record):
+    """Statistics of one optimiser step."""
+
+    kind: Literal["train"] = "train"
+    prefix: ClassVar[str] = "tr"
+    step: int
+    role: str = "agent"
+    stats: dict[str, float] = Field(default_factory=dict)
+
+
+class Eval(Record):
+    """A score on one evaluation item or suite."""
+
+    kind: Literal["eval"] = "eval"
+    prefix: ClassVar[str] = "ev"
+    suite: str
+    task: str = ""
+    score: float = 0.0
+    samples: int = 1
+
+
+MODELS: dict[str, type[Record]] = {
+    m.model_fields["kind"].default: m
+    for m in (Design, Env, Validation, Rollout, Regret, Memory, Train, Eval)
+}
+
+
+def content_hash(content: Any) -> str:
+    return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def parse(data: Any, kinds: set[str] | None = None) -> Record:
+    """Validate one decoded JSON object; raise RecordError naming the field on failure."""
+    if not isinstance(data, dict):
+        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+    kind, version = data.get("kind"), data.get("v", VERSION)
+    if kind not in MODELS:
+        raise RecordError(f"field 'kind': unknown kind {kind!r} (one of {', '.join(MODELS)})")
+    if kinds is not None and kind not in kinds:
+        raise RecordError(f"field 'kind': expected {' or '.join(sorted(kinds))}, got {kind!r}")
+    if isinstance(version, int) and version > VERSION:
+        raise RecordError(f"field 'v': version {version} was written by a newer spade "
+                          f"(this one reads up to {VERSION})")
+    try:
+        return MODELS[kind].model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "record"
+        raise RecordError(f"field '{field}': {first['msg']}") from None
+
+
+def dumps(record: Record | dict[str, Any]) -> bytes:
+    """One shard line (with the trailing newline); refuses NaN and infinities."""
+    data = record.to_dict() if isinstance(record, Record) else record
+    bad = _non_finite_path(data)
+    if bad is not None:
+        raise RecordError(f"field '{bad}': refusing to write a non-finite number")
+    return orjson.dumps(data) + b"\n"
+
+
+def _non_finite_path(value: Any, path: str = "") -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value")
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite_path(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None

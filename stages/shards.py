@@ -1,0 +1,254 @@
+"""JSONL shards: reading, atomic writing, manifests and resume.
+
+In: paths (`-` for stdin, files, directories of shards; `.jsonl`, `.jsonl.gz`, `.jsonl.zst`).
+Out: records, and shard directories `<kind>-<index:05d>.jsonl` with `_manifest.json`.
+Guarantees:
+- a bad line stops reading with `path:line: field 'x': message` (RecordError);
+- a final file exists only when complete (temp file in the same dir, fsync, rename);
+- a rerun skips an input shard whose outputs the manifest lists with the same input hash and
+  config digest, and redoes the rest; the manifest is rewritten after each finished shard.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
+
+import orjson
+
+from stages.records import Record, RecordError, content_hash, dumps, parse
+
+SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+MANIFEST = "_manifest.json"
+
+
+class InputMissing(FileNotFoundError):
+    """An input path that does not exist (exit 66)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input: a file, or stdin when `path` is `-`."""
+
+    path: str
+    index: int
+
+    def digest(self) -> str | None:
+        if self.path == "-":
+            return None
+        sha = hashlib.sha256()
+        with open(self.path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                sha.update(block)
+        return sha.hexdigest()
+
+
+def find_shards(inputs: Iterable[str], suffixes: tuple[str, ...] = SUFFIXES) -> list[Shard]:
+    """Expand paths and directories into an ordered list of input shards."""
+    paths: list[str] = []
+    for item in inputs:
+        if item == "-":
+            paths.append(item)
+        elif os.path.isdir(item):
+            found = sorted(str(p) for p in Path(item).iterdir()
+                           if p.name.endswith(suffixes) and not p.name.startswith((".", "_")))
+            paths.extend(found)
+        elif os.path.exists(item):
+            paths.append(item)
+        else:
+            raise InputMissing(f"{item}: no such file or directory")
+    return [Shard(path, index) for index, path in enumerate(paths)]
+
+
+@contextmanager
+def open_text(path: str) -> Iterator[IO[bytes]]:
+    """Binary reader for a shard path, decompressing by suffix; `-` is stdin."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as fh:
+            yield fh
+    elif path.endswith(".zst"):
+        import zstandard
+
+        with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as fh:
+            yield io.BufferedReader(fh)
+    else:
+        with open(path, "rb") as fh:
+            yield fh
+
+
+def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Record]:
+    path = shard.path if isinstance(shard, Shard) else shard
+    name = "<stdin>" if path == "-" else path
+    with open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield parse(orjson.loads(line), kinds)
+            except orjson.JSONDecodeError as exc:
+                raise RecordError(f"invalid JSON: {exc}", f"{name}:{lineno}") from None
+            except RecordError as exc:
+                raise RecordError(exc.msg, f"{name}:{lineno}") from None
+
+
+def read(inputs: Iterable[str], kinds: set[str] | None = None) -> Iterator[Record]:
+    """All records of all inputs, in order."""
+    for shard in find_shards(inputs):
+        yield from read_shard(shard, kinds)
+
+
+def encode(records: Iterable[Record | dict[str, Any]]) -> Iterator[bytes]:
+    for record in records:
+        yield dumps(record)
+
+
+def write_atomic(path: str | Path, lines: Iterable[bytes]) -> int:
+    """Write lines to `path` via a temp file in the same dir; returns the number of lines."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "wb") as raw, _compressor(raw, path.name) as fh:
+            for line in lines:
+                fh.write(line)
+                count += 1
+            fh.flush()
+        with open(tmp, "rb+") as fh:  # fsync after the compressor has closed its frame
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+@contextmanager
+def _compressor(raw: IO[bytes], name: str) -> Iterator[IO[bytes]]:
+    if name.endswith(".gz"):
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
+            yield fh
+    elif name.endswith(".zst"):
+        import zstandard
+
+        with zstandard.ZstdCompressor().stream_writer(raw, closefd=False) as fh:
+            yield fh
+    else:
+        yield raw
+
+
+@dataclass
+class Stats:
+    """Counters a stage fills while it runs; the CLI prints them as the summary line."""
+
+    read: int = 0
+    written: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    skipped_shards: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "written": dict(self.written), "reasons": dict(self.reasons),
+                "skipped_shards": self.skipped_shards,
+                "seconds": round(time.monotonic() - self.started, 3)}
+
+
+Transform = Callable[[Iterator[Record]], Iterator[Record]]
+
+
+def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
+              config: dict[str, Any], stats: Stats, kinds: set[str] | None = None,
+              overwrite: bool = False, suffix: str = ".jsonl") -> None:
+    """Feed each input shard through `transform` and write what comes out.
+
+    `out` is `-` (stdout, streaming, no resume) or a directory (one output file per produced
+    kind per input shard, resumable). Records are counted into `stats`.
+    """
+
+    def counted(records: Iterator[Record]) -> Iterator[Record]:
+        for record in transform(records):
+            stats.written[record.kind] += 1
+            yield record
+
+    def inputs(shard: Shard) -> Iterator[Record]:
+        for record in read_shard(shard, kinds):
+            stats.read += 1
+            yield record
+
+    if out == "-":
+        sink = sys.stdout.buffer
+        for shard in shards:
+            for line in encode(counted(inputs(shard))):
+                sink.write(line)
+            sink.flush()
+        return
+    ShardDir(out, stage, config).run(shards, lambda s: counted(inputs(s)), stats, overwrite,
+                                     suffix)
+
+
+class ShardDir:
+    """An output directory with a manifest that makes reruns resume."""
+
+    def __init__(self, path: str, stage: str, config: dict[str, Any]):
+        self.path = Path(path)
+        self.stage = stage
+        self.config = config
+        self.digest = content_hash(config)
+
+    def run(self, shards: list[Shard], produce: Callable[[Shard], Iterator[Record]],
+            stats: Stats, overwrite: bool, suffix: str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        manifest = self._load()
+        done = {} if overwrite or manifest.get("config_digest") != self.digest \
+            else manifest.get("shards", {})
+        finished: dict[str, Any] = {}
+        for shard in shards:
+            key = f"{shard.index:05d}"
+            input_hash = shard.digest()
+            previous = done.get(key)
+            if previous and input_hash and previous["input_hash"] == input_hash and all(
+                    (self.path / name).exists() for name in previous["outputs"]):
+                finished[key] = previous
+                stats.skipped_shards += 1
+                continue
+            finished[key] = self._write_shard(shard, produce(shard), input_hash, suffix)
+            self._save(finished, stats, complete=False)
+        self._save(finished, stats, complete=True)
+
+    def _write_shard(self, shard: Shard, records: Iterator[Record], input_hash: str | None,
+                     suffix: str) -> dict[str, Any]:
+        by_kind: dict[str, list[bytes]] = {}
+        for record in records:
+            by_kind.setdefault(record.kind, []).append(dumps(record))
+        outputs = {}
+        for kind, lines in sorted(by_kind.items()):
+            name = f"{kind}-{shard.index:05d}{suffix}"
+            outputs[name] = write_atomic(self.path / name, lines)
+        return {"input": shard.path, "input_hash": input_hash, "outputs": outputs}
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            return orjson.loads((self.path / MANIFEST).read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            return {}
+
+    def _save(self, shards: dict[str, Any], stats: Stats, complete: bool) -> None:
+        from spade_cli import __version__
+
+        manifest = {"stage": self.stage, "spade_version": __version__, "complete": complete,
+                    "config_digest": self.digest, "config": self.config, "shards": shards,
+                    "stats": stats.as_dict()}
+        write_atomic(self.path / MANIFEST,
+                     [orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"])
