@@ -38,12 +38,15 @@ class InputMissing(FileNotFoundError):
 
 @dataclass(frozen=True)
 class Shard:
-    """One input: a file, or stdin when `path` is `-`."""
+    """One input: a file, stdin when `path` is `-`, or records already in memory."""
 
     path: str
     index: int
+    records: tuple[Record, ...] | None = None
 
     def digest(self) -> str | None:
+        if self.records is not None:
+            return content_hash([record.to_dict() for record in self.records])
         if self.path == "-":
             return None
         sha = hashlib.sha256()
@@ -90,6 +93,9 @@ def open_text(path: str) -> Iterator[IO[bytes]]:
 
 
 def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Record]:
+    if isinstance(shard, Shard) and shard.records is not None:
+        yield from shard.records
+        return
     path = shard.path if isinstance(shard, Shard) else shard
     name = "<stdin>" if path == "-" else path
     with open_text(path) as fh:

@@ -1,0 +1,60 @@
+"""Exit codes and the one place exceptions become them.
+
+In: an exception escaping a command. Out: one line on stderr (`spade <cmd>: error: ...`) and
+the documented exit code. Guarantees: a bug (1) prints its traceback; everything else prints one
+line. Codes: 0 ok, 1 bug, 2 usage, 65 bad input data, 66 missing input, 69 unavailable resource,
+75 partial, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from typing import Iterator
+
+OK, BUG, USAGE, DATA, NO_INPUT, UNAVAILABLE, PARTIAL, INTERRUPTED = 0, 1, 2, 65, 66, 69, 75, 130
+
+
+class UsageError(Exception):
+    """Options that do not make sense together (exit 2)."""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    from sandbox.jail import SandboxUnavailable
+    from stages.records import RecordError
+    from stages.shards import InputMissing
+
+    if isinstance(exc, RecordError):
+        return DATA
+    if isinstance(exc, InputMissing):
+        return NO_INPUT
+    if isinstance(exc, SandboxUnavailable):
+        return UNAVAILABLE
+    if isinstance(exc, UsageError):
+        return USAGE
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        return OK  # `spade ... | head` is a normal way to stop reading
+    return BUG
+
+
+@contextmanager
+def errors_to_exit(command: str) -> Iterator[None]:
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        code = exit_code_for(exc)
+        if isinstance(exc, BrokenPipeError):  # keep Python's exit-time flush quiet too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if code == BUG:
+            traceback.print_exc()
+        elif code == INTERRUPTED:
+            print(f"spade {command}: interrupted", file=sys.stderr)
+        elif code != OK:
+            print(f"spade {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(code) from None

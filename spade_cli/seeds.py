@@ -1,0 +1,36 @@
+"""`spade seeds`: the shipped seed library as design records, ready to pipe into validate."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("seeds")(seeds)
+
+
+def seeds(
+    domain: Annotated[str, typer.Option(help="game, tool_use, or all.")] = "all",
+    paths: Annotated[bool, typer.Option("--paths", help="Print the .py file paths instead.")] = False,
+) -> None:
+    """Print the seed library: hand-written envs for every skill, as design records.
+
+    Example: spade seeds | spade validate -o runs/seeds/
+    """
+    import sys
+
+    from spade_cli.errors import UsageError, errors_to_exit
+    from stages import seed_library
+    from stages.shards import encode
+
+    with errors_to_exit("seeds"):
+        if domain not in ("game", "tool_use", "all"):
+            raise UsageError(f"--domain must be game, tool_use or all, not {domain!r}")
+        files = seed_library.files(None if domain == "all" else domain)
+        if paths:
+            print("\n".join(str(path) for path in files))
+            return
+        for line in encode(seed_library.designs(files)):
+            sys.stdout.buffer.write(line)

@@ -1,0 +1,97 @@
+"""validate: design records in, accepted `env` records and rejected `validation` records out.
+
+In: design/v1 records (a model's answer holding a ```python block), or hand-written `.py` env
+files turned into design records by `designs_from_files`.
+Out: for each design, in input order, exactly one record: an `env` (source, class name, domain,
+skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
+first failing check (sandbox/contract.py CHECKS) and why.
+Guarantees: generated code only ever runs inside a jailed worker (one per design); a hang, crash,
+memory or output blow-up is a reject with its sandbox outcome, never a stage failure; a jail that
+cannot start at all raises SandboxUnavailable (exit 69).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from sandbox.contract import ContractError, runtime_checks, static_checks
+from sandbox.jail import Sandbox, Worker
+from stages.records import Design, Env, Failure, Record, RecordError, Validation
+from stages.shards import Stats
+
+HEADER_RE = re.compile(r"^#\s*spade:\s*(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Config:
+    workers: int = 2
+    sandbox: Sandbox = field(default_factory=Sandbox)
+
+
+def source_hash(source: str) -> str:
+    """Hash of the program with trailing whitespace ignored, so cosmetic reruns match."""
+    normal = "\n".join(line.rstrip() for line in source.strip("\n").splitlines())
+    return hashlib.sha256(normal.encode()).hexdigest()
+
+
+def validate_one(design: Design, sandbox: Sandbox) -> Env | Validation:
+    source = None
+    try:
+        is_source = design.meta.get("source_file") is not None
+        source = static_checks(design.completion, is_source=is_source)
+        with Worker(sandbox) as worker:
+            facts = runtime_checks(worker, source)
+    except ContractError as exc:
+        return Validation(check=exc.check, outcome=exc.outcome, domain=design.domain,
+                          skill=design.skill, parents=[design.id], policy=design.policy,
+                          error=Failure(type=exc.check, msg=exc.msg),
+                          source_hash=source_hash(source) if source else None)
+    if facts.domain != design.domain:
+        return Validation(check="structure", domain=design.domain, skill=design.skill,
+                          parents=[design.id], policy=design.policy,
+                          source_hash=source_hash(source),
+                          error=Failure(type="structure", msg=f"asked for a {design.domain} env, "
+                                        f"got a {facts.domain} env ({facts.class_name})"))
+    return Env(domain=facts.domain, skill=design.skill, class_name=facts.class_name,
+               source=source, source_hash=source_hash(source), max_turns=facts.max_turns,
+               tools=facts.tools, parents=[design.id], policy=design.policy)
+
+
+def run(designs: Iterable[Record], cfg: Config, stats: Stats) -> Iterator[Record]:
+    """Validate designs concurrently (cfg.workers jails at once), yielding in input order."""
+    with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
+        pending: deque[Future] = deque()
+        for design in designs:
+            pending.append(pool.submit(validate_one, design, cfg.sandbox))
+            if len(pending) >= 2 * cfg.workers:
+                yield _count(pending.popleft().result(), stats)
+        while pending:
+            yield _count(pending.popleft().result(), stats)
+
+
+def _count(record: Env | Validation, stats: Stats) -> Env | Validation:
+    if isinstance(record, Validation):
+        stats.reasons[record.check] += 1
+    return record
+
+
+def designs_from_files(paths: Iterable[Path]) -> list[Design]:
+    """Design records for hand-written env files, reading `# spade: key=value` header lines."""
+    designs = []
+    for path in paths:
+        source = path.read_text()
+        header = dict(pair.split("=", 1) for match in HEADER_RE.findall(source)
+                      for pair in match.split() if "=" in pair)
+        domain = header.get("domain") or ("tool_use" if "ToolUseBaseEnv" in source else "game")
+        if domain not in ("game", "tool_use"):
+            raise RecordError(f"header: domain must be game or tool_use, got {domain!r}",
+                              f"{path}:1")
+        designs.append(Design(domain=domain, skill=header.get("skill", ""), completion=source,
+                              meta={"source_file": str(path)}))
+    return designs
