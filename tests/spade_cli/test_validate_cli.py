@@ -1,0 +1,110 @@
+"""`spade validate` and `spade seeds` from the command line: exit codes, exact JSONL, messages."""
+
+import os
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from spade_cli.app import app
+from stages import seed_library
+from stages.records import dumps
+
+runner = CliRunner()
+
+
+def seeds_jsonl():
+    result = runner.invoke(app, ["seeds"])
+    assert result.exit_code == 0
+    return result.stdout
+
+
+def test_seeds_prints_one_design_per_file():
+    lines = seeds_jsonl().splitlines()
+    assert len(lines) == len(seed_library.files())
+    assert all(orjson.loads(line)["kind"] == "design" for line in lines)
+
+
+def test_validate_stdin_to_stdout_matches_shipped_shard(jail_available):
+    result = runner.invoke(app, ["validate", "-"], input=seeds_jsonl())
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.encode() == seed_library.ENV_SHARD.read_bytes()
+    assert "validate: " in result.stderr and "rejected" in result.stderr
+
+
+def test_validate_a_py_file_prints_the_env(jail_available):
+    path = seed_library.files("game")[0]
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.stderr
+    record = orjson.loads(result.stdout)
+    assert record["kind"] == "env" and record["source"] == path.read_text()
+
+
+def test_validate_a_broken_py_file_prints_the_reject(tmp_path, jail_available):
+    path = tmp_path / "broken_env.py"
+    path.write_text("class BrokenEnv:\n    def reset(self, seed=None):\n        return 'x'\n"
+                    "    def step(self, action):\n        return 'x', 0.0, False, False, {}\n"
+                    "    def solution(self):\n        return ['a']\n")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0
+    record = orjson.loads(result.stdout)
+    assert record["kind"] == "validation" and record["check"] == "reset"
+    assert "(reset 1)" in result.stderr
+
+
+def test_directory_output_resumes(tmp_path, jail_available):
+    shard = tmp_path / "designs.jsonl"
+    shard.write_text(seeds_jsonl())
+    out = tmp_path / "envs"
+    first = runner.invoke(app, ["validate", str(shard), "-o", str(out)])
+    assert first.exit_code == 0, first.stderr
+    assert sorted(os.listdir(out)) == ["_manifest.json", "env-00000.jsonl"]
+    again = runner.invoke(app, ["validate", str(shard), "-o", str(out)])
+    assert again.exit_code == 0 and "1 shards already done" in again.stderr
+
+
+def test_bad_line_exits_65_with_path_and_line(tmp_path):
+    shard = tmp_path / "designs.jsonl"
+    shard.write_text(seeds_jsonl().splitlines()[0] + "\n{\"kind\": \"design\", \"slot\": []}\n")
+    result = runner.invoke(app, ["validate", str(shard)])
+    assert result.exit_code == 65
+    assert f"spade validate: error: {shard}:2: field 'slot'" in result.stderr
+
+
+def test_newer_version_exits_65(tmp_path):
+    shard = tmp_path / "designs.jsonl"
+    shard.write_text('{"kind":"design","v":99}\n')
+    result = runner.invoke(app, ["validate", str(shard)])
+    assert result.exit_code == 65 and "written by a newer spade" in result.stderr
+
+
+def test_wrong_kind_exits_65():
+    result = runner.invoke(app, ["validate", "-"], input=seed_library.ENV_SHARD.read_text())
+    assert result.exit_code == 65 and "<stdin>:1: field 'kind': expected design" in result.stderr
+
+
+def test_missing_input_exits_66(tmp_path):
+    result = runner.invoke(app, ["validate", str(tmp_path / "nope.jsonl")])
+    assert result.exit_code == 66 and "no such file or directory" in result.stderr
+
+
+def test_unreadable_jail_interpreter_exits_69(tmp_path, monkeypatch):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    python = private / "python3"
+    python.write_text("")
+    os.chmod(private, 0o700)
+    os.chmod(tmp_path, 0o700)
+    monkeypatch.setenv("SPADE_JAIL_PYTHON", str(python))
+    result = runner.invoke(app, ["validate", str(seed_library.files("game")[0])])
+    assert result.exit_code == 69 and "not readable by uid nobody" in result.stderr
+
+
+def test_bad_sandbox_option_exits_2():
+    result = runner.invoke(app, ["validate", "--sandbox", "docker", "-"], input="")
+    assert result.exit_code == 2 and "--sandbox must be nsjail or none" in result.stderr
+
+
+def test_empty_input_is_nothing_to_do():
+    result = runner.invoke(app, ["validate", "-"], input="")
+    assert result.exit_code == 0 and result.stdout == ""

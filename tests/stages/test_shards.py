@@ -1,0 +1,152 @@
+"""Shards: reading by suffix, path:line errors, atomic writes, manifests and resume."""
+
+import gzip
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stages.records import Design, RecordError, dumps
+from stages.shards import (MANIFEST, InputMissing, Shard, Stats, find_shards, read, run_stage,
+                           write_atomic)
+
+
+def designs(n, start=0):
+    return [Design(completion=f"answer {i}") for i in range(start, start + n)]
+
+
+def write_shard(path, records):
+    write_atomic(path, [dumps(r) for r in records])
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_write_then_read_every_suffix(tmp_path, suffix):
+    path = tmp_path / f"design-00000{suffix}"
+    write_shard(path, designs(3))
+    assert [r.completion for r in read([str(path)])] == ["answer 0", "answer 1", "answer 2"]
+    if suffix == ".jsonl.gz":
+        assert gzip.open(path).read().count(b"\n") == 3
+
+
+def test_directory_lists_shards_in_order_and_ignores_manifest_and_temp(tmp_path):
+    for name in ("design-00001.jsonl", "design-00000.jsonl"):
+        write_shard(tmp_path / name, designs(1))
+    (tmp_path / MANIFEST).write_text("{}")
+    (tmp_path / ".design-00002.jsonl.abc.tmp").write_text("torn")
+    assert [Path(s.path).name for s in find_shards([str(tmp_path)])] == [
+        "design-00000.jsonl", "design-00001.jsonl"]
+
+
+def test_missing_input_is_its_own_error(tmp_path):
+    with pytest.raises(InputMissing, match="no such file"):
+        find_shards([str(tmp_path / "nope.jsonl")])
+
+
+def test_bad_json_line_names_path_and_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(dumps(designs(1)[0]) + b"\n{not json\n")
+    with pytest.raises(RecordError, match=rf"^{path}:3: invalid JSON"):
+        list(read([str(path)]))
+
+
+def test_bad_field_names_path_line_and_field(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"kind":"design","v":1,"slot":"first"}\n')
+    with pytest.raises(RecordError, match=rf"^{path}:1: field 'slot': "):
+        list(read([str(path)]))
+
+
+def test_atomic_write_leaves_no_file_when_interrupted(tmp_path):
+    def lines():
+        yield dumps(designs(1)[0])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(tmp_path / "out.jsonl", lines())
+    assert os.listdir(tmp_path) == []
+
+
+def upper(records):
+    for record in records:
+        yield record.model_copy(update={"completion": record.completion.upper()})
+
+
+def test_directory_output_writes_shards_and_manifest_last(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_shard(inputs / "design-00000.jsonl", designs(2))
+    write_shard(inputs / "design-00001.jsonl", designs(1, start=2))
+    out = tmp_path / "out"
+    stats = Stats()
+    run_stage("upper", find_shards([str(inputs)]), str(out), upper, {"k": 1}, stats)
+    assert sorted(os.listdir(out)) == [MANIFEST, "design-00000.jsonl", "design-00001.jsonl"]
+    manifest = orjson.loads((out / MANIFEST).read_bytes())
+    assert manifest["complete"] is True
+    assert manifest["shards"]["00000"]["outputs"] == {"design-00000.jsonl": 2}
+    assert [r.completion for r in read([str(out)])] == ["ANSWER 0", "ANSWER 1", "ANSWER 2"]
+    assert stats.written["design"] == 3
+
+
+def test_rerun_skips_finished_shards_and_redoes_changed_ones(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_shard(inputs / "design-00000.jsonl", designs(2))
+    write_shard(inputs / "design-00001.jsonl", designs(1, start=2))
+    out = str(tmp_path / "out")
+    run_stage("upper", find_shards([str(inputs)]), out, upper, {}, Stats())
+
+    seen = []
+
+    def spy(records):
+        for record in upper(records):
+            seen.append(record.completion)
+            yield record
+
+    stats = Stats()
+    run_stage("upper", find_shards([str(inputs)]), out, spy, {}, stats)
+    assert seen == [] and stats.skipped_shards == 2
+
+    write_shard(inputs / "design-00001.jsonl", designs(1, start=7))
+    run_stage("upper", find_shards([str(inputs)]), out, spy, {}, Stats())
+    assert seen == ["ANSWER 7"]
+
+    run_stage("upper", find_shards([str(inputs)]), out, spy, {"changed": True}, Stats())
+    assert seen == ["ANSWER 7", "ANSWER 0", "ANSWER 1", "ANSWER 7"]
+
+
+def test_crash_mid_run_then_rerun_writes_only_missing_shards(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for index in range(3):
+        write_shard(inputs / f"design-{index:05d}.jsonl", designs(1, start=index))
+    out = tmp_path / "out"
+
+    def crash_on_third(records):
+        for record in upper(records):
+            if record.completion == "ANSWER 2":
+                raise RuntimeError("boom")
+            yield record
+
+    with pytest.raises(RuntimeError):
+        run_stage("upper", find_shards([str(inputs)]), str(out), crash_on_third, {}, Stats())
+    assert sorted(p for p in os.listdir(out) if not p.startswith("_")) == [
+        "design-00000.jsonl", "design-00001.jsonl"]
+    assert orjson.loads((out / MANIFEST).read_bytes())["complete"] is False
+
+    stats = Stats()
+    run_stage("upper", find_shards([str(inputs)]), str(out), upper, {}, stats)
+    assert stats.skipped_shards == 2 and stats.written["design"] == 1
+    assert orjson.loads((out / MANIFEST).read_bytes())["complete"] is True
+
+
+def test_in_memory_shard_reads_its_records():
+    shard = Shard(path="mem", index=0, records=tuple(designs(2)))
+    assert [r.completion for r in read_records(shard)] == ["answer 0", "answer 1"]
+    assert shard.digest() == Shard(path="other", index=3, records=tuple(designs(2))).digest()
+
+
+def read_records(shard):
+    from stages.shards import read_shard
+
+    return list(read_shard(shard))
