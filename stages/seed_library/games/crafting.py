@@ -25,7 +25,7 @@ def _command(action):
 
 
 class CraftingEnv:
-    max_turns = 14
+    max_turns = 10
 
     def __init__(self, **kwargs):
         self.reset(seed=0)
@@ -37,27 +37,43 @@ class CraftingEnv:
             self.target = self.rng.choice(TARGETS)
             traps = self.rng.sample(TRAPS, 2)
             recipes = {}
-            for part in parts:
+            for i, part in enumerate(parts):
                 recipes[part] = {r: self.rng.randint(1, 2) for r in self.rng.sample(raws, 2)}
-            need = {part: self.rng.randint(1, 2) for part in parts}
-            if sum(need.values()) < 4:
-                need[self.rng.choice(parts)] = 2
-            recipes[self.target] = dict(need)
-            extra_raw = self.rng.choice(raws)
-            recipes[self.target][extra_raw] = 1
-            stock = {r: 0 for r in raws}
-            for part in parts:
-                for r, q in recipes[part].items():
-                    stock[r] += q * need[part]
-            stock[extra_raw] += 1
-            usage = {r: sum(r in recipes[p] for p in parts) for r in raws}
-            if min(usage.values()) < 1 or sum(v >= 2 for v in usage.values()) < 2:
+                if i > 0 and self.rng.random() < 0.6:
+                    recipes[part][parts[self.rng.randrange(i)]] = 1
+            recipes[self.target] = {part: self.rng.randint(1, 2) for part in parts[1:]}
+            if parts[0] not in recipes[parts[1]] and parts[0] not in recipes[parts[2]]:
+                recipes[self.target][parts[0]] = 1
+            recipes[self.target][self.rng.choice(raws)] = 1
+            self.parts, self.recipes = parts, recipes
+            self.raws, self.traps = raws, traps
+            demand = self._demand({})
+            counts = [demand[p] for p in parts]
+            if not 4 <= sum(counts) <= 6:
+                continue
+            users = {r: [item for item in parts + [self.target] if r in recipes[item]]
+                     for r in raws}
+            if any(len(users[r]) < 1 for r in raws):
+                continue
+            if not all(any(len(users[r]) >= 2 for r in recipes[p] if r in raws) for p in parts):
                 continue
             for trap in traps:
                 recipes[trap] = {r: self.rng.randint(1, 2) for r in self.rng.sample(raws, 2)}
-            self.raws, self.parts, self.traps = raws, parts, traps
-            self.recipes, self.need, self.stock0 = recipes, need, stock
+            self.stock0 = {r: demand[r] for r in raws}
+            self.counts = dict(zip(parts, counts))
             return
+
+    def _demand(self, inventory):
+        """Items still to craft and raw materials still needed to finish the target."""
+        demand = {item: 0 for item in self.raws + self.parts}
+        demand[self.target] = 0 if inventory.get(self.target, 0) else 1
+        for item in [self.target] + self.parts[::-1]:
+            if item != self.target:
+                held = inventory.get(item, 0)
+                demand[item] = max(0, demand[item] - held)
+            for ingredient, q in self.recipes[item].items():
+                demand[ingredient] += q * demand[item]
+        return demand
 
     def reset(self, seed=None):
         self.rng = random.Random(seed)
@@ -92,16 +108,8 @@ class CraftingEnv:
         return {"turn": self.turns, "inventory": {k: v for k, v in self.inventory.items() if v}}
 
     def _still_possible(self):
-        if self.inventory[self.target] > 0:
-            return True
-        short = {r: 0 for r in self.raws}
-        for part in self.parts:
-            missing = max(0, self.need[part] - self.inventory[part])
-            for r, q in self.recipes[part].items():
-                short[r] += q * missing
-        for r in self.raws:
-            short[r] += self.recipes[self.target].get(r, 0)
-        return all(self.inventory[r] >= short[r] for r in self.raws)
+        demand = self._demand(self.inventory)
+        return all(self.inventory[r] >= demand[r] for r in self.raws)
 
     def _result(self, text, reward=0.0, terminated=False):
         if terminated:
@@ -151,5 +159,5 @@ class CraftingEnv:
     def solution(self):
         actions = []
         for part in self.parts:
-            actions += [f"\\boxed{{craft {part}}}"] * self.need[part]
+            actions += [f"\\boxed{{craft {part}}}"] * self.counts[part]
         return actions + [f"\\boxed{{craft {self.target}}}"]

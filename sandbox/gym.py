@@ -1,0 +1,219 @@
+"""A jailed env program as a `gymnasium.Env`, so gymnasium wrappers and `check_env` work on it.
+
+In: an env program's source (the text a designer wrote: a class ending in `Env` with
+`reset(seed)`, `step(action)`, `solution()`, or a `ToolUseBaseEnv` subclass), and optionally a
+`Sandbox` saying how to jail it.
+Out: `JailedEnv`, a `gymnasium.Env[str, str]`:
+    reset(seed=None, options=None) -> (obs: str, info: dict)
+    step(action: str) -> (obs: str, reward: float, terminated: bool, truncated: bool, info: dict)
+    close()
+with `observation_space` and `action_space` both `AnyText()` (every str is a member: spaces,
+Unicode, empty, any length; gymnasium's own `Text` rejects most of these), and
+`register(env_id, source)`, after which `gymnasium.make(env_id)` builds a `JailedEnv` wrapped in
+`TimeLimit(max_episode_steps=max_turns)`.
+
+Guarantees:
+- The env's code only ever runs inside the jailed `Worker` (sandbox/jail.py); this process sees
+  its replies as JSON data. No call blocks past `Limits.call_timeout`.
+- Any non-ok reply raises `EnvCrashed(outcome, message, error)`, with `outcome` one of
+  `jail.OUTCOMES` ("program_error", "timeout", "oom", "output_limit"); a reply of the wrong shape
+  (a non-str observation, a non-dict info, a non-number reward, not a 2- or 5-tuple) raises
+  `EnvCrashed("program_error", ...)`. After a timeout, oom, output_limit or a worker death the
+  worker is gone and every later call raises the same `EnvCrashed`; after an exception inside the
+  env's own code the worker lives on and `reset` may be called again.
+- A jail that cannot start or breaks underneath us raises `jail.SandboxUnavailable`
+  (infrastructure, exit 69), never `EnvCrashed`.
+- `reset(seed=s)` passes `s` to the env; `reset()` without a seed passes a seed drawn from
+  `self.np_random`, so a seeded reset followed by unseeded ones is reproducible, as gymnasium
+  expects. Deterministic env programs therefore pass `check_env`.
+- `close()` is idempotent and kills the worker; a `JailedEnv` that is garbage-collected unclosed
+  closes its worker too.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
+
+__all__ = ["AnyText", "EnvCrashed", "JailedEnv", "register"]
+
+MAX_TURNS_CAP = 25  # same cap as sandbox.contract.MAX_TURNS_CAP (rollouts never run longer)
+SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
+
+
+class EnvCrashed(RuntimeError):
+    """The jailed env did not answer normally: `outcome` says how (see jail.OUTCOMES)."""
+
+    def __init__(self, outcome: str, message: str, error: dict | None = None):
+        super().__init__(f"{outcome}: {message}")
+        self.outcome, self.message, self.error = outcome, message, error or {}
+
+
+class AnyText(spaces.Space[str]):
+    """The space of all Python strings. `sample()` gives a short random printable string."""
+
+    def __init__(self, max_sample_length: int = 16, seed: int | np.random.Generator | None = None):
+        if max_sample_length < 1:
+            raise ValueError("max_sample_length must be at least 1")
+        self.max_sample_length = int(max_sample_length)
+        super().__init__(shape=None, dtype=None, seed=seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+    def sample(self, mask: Any | None = None, probability: Any | None = None) -> str:
+        if mask is not None or probability is not None:
+            raise NotImplementedError("AnyText.sample takes no mask or probability")
+        length = int(self.np_random.integers(1, self.max_sample_length + 1))
+        picks = self.np_random.integers(0, len(SAMPLE_CHARSET), size=length)
+        return "".join(SAMPLE_CHARSET[int(i)] for i in picks)
+
+    def to_jsonable(self, sample_n: Any) -> list[str]:
+        return list(sample_n)
+
+    def from_jsonable(self, sample_n: list[Any]) -> list[str]:
+        return list(sample_n)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AnyText) and other.max_sample_length == self.max_sample_length
+
+    def __hash__(self) -> int:
+        return hash(("AnyText", self.max_sample_length))
+
+    def __repr__(self) -> str:
+        return f"AnyText(max_sample_length={self.max_sample_length})"
+
+
+def _crash(reply: Reply) -> Exception:
+    error = reply.error or {}
+    message = error.get("msg") or error.get("type") or "no detail"
+    if reply.outcome == "sandbox_failure":
+        return SandboxUnavailable(message)
+    return EnvCrashed(reply.outcome, message, error)
+
+
+def _bad_shape(op: str, problem: str) -> EnvCrashed:
+    return EnvCrashed("program_error", f"{op} {problem}", {"type": "shape", "msg": problem})
+
+
+class JailedEnv(gymnasium.Env[str, str]):
+    """One env program in one jailed worker, started on construction."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, source: str, sandbox: Sandbox | None = None,
+                 render_mode: str | None = None):
+        if render_mode is not None:
+            raise ValueError(f"JailedEnv renders nothing (render_mode={render_mode!r})")
+        self.render_mode = None
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self._worker: Worker | None = None
+        worker = Worker(sandbox)
+        worker.start()  # SandboxUnavailable propagates
+        self._worker = worker
+        reply = worker.call("load", source=source)
+        if not reply.ok:
+            self.close()
+            raise _crash(reply)
+        facts = reply.result if isinstance(reply.result, dict) else {}
+        self.class_name: str = facts.get("class_name", "?")
+        self.domain: str = facts.get("domain", "game")
+        self.max_turns: int | None = facts.get("max_turns")
+
+    # -- the gymnasium API -------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        env_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        reply = self._call("reset", seed=env_seed)
+        result = reply.result
+        if not isinstance(result, list) or len(result) != 2:
+            raise _bad_shape("reset", "must return (obs, info)")
+        obs, info = result
+        return self._obs("reset", obs), self._info("reset", info)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(f"actions are str, got {type(action).__name__}")
+        reply = self._call("step", action=action)
+        result = reply.result
+        if not isinstance(result, list) or len(result) != 5:
+            raise _bad_shape("step", "must return (obs, reward, terminated, truncated, info)")
+        obs, reward, terminated, truncated, info = result
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) \
+                or not math.isfinite(reward):
+            raise _bad_shape("step", f"returned a reward that is not a finite number: {reward!r}")
+        if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+            raise _bad_shape("step", "must return bools for terminated and truncated")
+        return self._obs("step", obs), float(reward), terminated, truncated, self._info("step", info)
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        worker, self._worker = getattr(self, "_worker", None), None
+        if worker is not None:
+            worker.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the jail module's atexit hook kills workers
+            pass
+
+    # -- internals ---------------------------------------------------------------------------
+    def _call(self, op: str, **fields: Any) -> Reply:
+        if self._worker is None:
+            raise EnvCrashed("program_error", "the env is closed", {"type": "closed"})
+        reply = self._worker.call(op, **fields)
+        if not reply.ok:
+            raise _crash(reply)
+        return reply
+
+    @staticmethod
+    def _obs(op: str, obs: Any) -> str:
+        if not isinstance(obs, str):
+            raise _bad_shape(op, f"returned a {type(obs).__name__} observation, not a str")
+        return obs
+
+    @staticmethod
+    def _info(op: str, info: Any) -> dict[str, Any]:
+        if not isinstance(info, dict):
+            raise _bad_shape(op, f"returned a {type(info).__name__} info, not a dict")
+        return info
+
+
+def register(env_id: str, source: str, sandbox: Sandbox | None = None,
+             max_episode_steps: int | None = None, **register_kwargs: Any) -> int | None:
+    """Register `source` so `gymnasium.make(env_id)` builds a `JailedEnv` of it.
+
+    `max_episode_steps` defaults to the env's `max_turns` (read by loading the source once in a
+    jail; None becomes, and larger values are capped at, MAX_TURNS_CAP, as validation does), so
+    the `TimeLimit` wrapper truncates where rollouts would. Returns the step limit used. Raises
+    `EnvCrashed` if the source does not load, `SandboxUnavailable` if no jail can start.
+    """
+    if max_episode_steps is None:
+        env = JailedEnv(source, sandbox)
+        try:
+            turns = env.max_turns
+        finally:
+            env.close()
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            turns = MAX_TURNS_CAP
+        max_episode_steps = min(turns, MAX_TURNS_CAP)
+    gymnasium.register(id=env_id, entry_point="sandbox.gym:JailedEnv",
+                       max_episode_steps=max_episode_steps,
+                       kwargs={"source": source, "sandbox": sandbox}, **register_kwargs)
+    return max_episode_steps

@@ -1,0 +1,97 @@
+"""One generation interface over several engines.
+
+In: conversations (lists of chat messages), optional tool schemas per conversation, `Sampling`.
+Out: one `Completion` per conversation: text, and where the engine can give them the rendered
+`prompt_ids`, sampled `completion_ids` and per-token sampling `logprobs` (log-probabilities of
+the sampled tokens under the temperature-scaled distribution, before top-p/top-k truncation).
+Guarantees: a backend whose package or device is missing raises BackendUnavailable (exit 69)
+with the install hint; decoding `completion_ids` (special tokens skipped) gives `text`.
+
+Backends: `hf` (transformers, CPU or GPU), `vllm` (in-process vllm.LLM, GPU), `openai` (any
+OpenAI-compatible server: no token ids), `scripted` (a Python callable; tests and benchmarks).
+Every backend re-renders the whole conversation for every call, so a thinking template that
+drops old <think> blocks yields per-turn prompt ids that are exactly what the model saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+
+class BackendUnavailable(RuntimeError):
+    """The engine cannot run here (package not installed, no device): exit 69."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"  # "stop" (end of turn or a stop string) or "length"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    name: str
+    policy: str  # what produced the samples: recorded as `policy` on every record
+
+    def chat(self, conversations: list[list[Message]], sampling: Sampling,
+             tools: list[list[dict] | None] | None = None) -> list[Completion]: ...
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How to build a backend; the CLI fills it from --backend/--model/--base-url flags."""
+
+    name: str = "hf"
+    model: str = ""
+    base_url: str | None = None
+    api_key: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def load_backend(spec: BackendSpec) -> Backend:
+    if spec.name == "hf":
+        from stages.backends.hf import HFBackend
+
+        return HFBackend(spec)
+    if spec.name == "vllm":
+        from stages.backends.vllm import VLLMBackend
+
+        return VLLMBackend(spec)
+    if spec.name == "openai":
+        from stages.backends.openai import OpenAIBackend
+
+        return OpenAIBackend(spec)
+    raise BackendUnavailable(f"unknown backend {spec.name!r}: choose hf, vllm or openai")
+
+
+def tools_in_system_prompt(messages: list[Message], tools: list[dict] | None) -> list[Message]:
+    """For chat templates without native tool support: describe the tools in the system turn."""
+    if not tools:
+        return messages
+    import json
+
+    listing = "\n".join(json.dumps(tool["function"] if "function" in tool else tool)
+                        for tool in tools)
+    note = ("You can call these tools. To call one, write "
+            '<tool_call>{"name": "...", "arguments": {...}}</tool_call>.\n' + listing)
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + note}, *messages[1:]]
+    return [{"role": "system", "content": note}, *messages]

@@ -1,0 +1,84 @@
+"""The `openai` backend: any OpenAI-compatible chat server (vllm serve, SGLang, llama.cpp).
+
+In: base URL and API key (flags, or OPENAI_BASE_URL / OPENAI_API_KEY), a model name,
+conversations, Sampling. Out: Completions with text and per-token logprobs when the server
+returns them. Token ids are NOT available through the standard API, so `prompt_ids` and
+`completion_ids` are None: records from this backend are fine for evaluation and for envs, but
+`train-grpo` needs a backend that keeps ids (hf, vllm).
+Guarantees: native tool calls in the reply are turned back into `<tool_call>{json}</tool_call>`
+text, so envs see the same action format from every backend; requests run concurrently; a
+server that cannot be reached raises BackendUnavailable (exit 69). Stdlib only (urllib).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from stages.backends import BackendSpec, BackendUnavailable, Completion, Sampling
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, spec: BackendSpec):
+        self.base_url = (spec.base_url or os.environ.get("OPENAI_BASE_URL")
+                         or "http://127.0.0.1:8000/v1").rstrip("/")
+        self.api_key = spec.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.model = spec.model
+        self.policy = spec.options.get("policy") or f"{self.base_url}#{spec.model}"
+        self.concurrency = int(spec.options.get("concurrency", 8))
+        self.timeout = float(spec.options.get("timeout", 600))
+
+    def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
+        tools = tools or [None] * len(conversations)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda pair: self._one(pair[0], pair[1], sampling),
+                                 zip(conversations, tools)))
+
+    def _one(self, messages, tools, sampling: Sampling) -> Completion:
+        body = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "logprobs": True}
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k  # vLLM and SGLang accept it as an extra parameter
+        if tools:
+            body["tools"] = tools
+        reply = self._post("/chat/completions", body)
+        choice = reply["choices"][0]
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            arguments = function.get("arguments") or "{}"
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # malformed arguments reach the env as text, which reports the error
+            text += "<tool_call>" + json.dumps({"name": function.get("name"),
+                                                "arguments": arguments}) + "</tool_call>"
+        content = (choice.get("logprobs") or {}).get("content") or []
+        logprobs = [float(item["logprob"]) for item in content] or None
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return Completion(text, None, None, logprobs, finish)
+
+    def _post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(
+            self.base_url + path, data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self.api_key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise BackendUnavailable(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise BackendUnavailable(f"{self.base_url}{path}: cannot reach the server "
+                                     f"({getattr(exc, 'reason', exc)})") from None

