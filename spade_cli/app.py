@@ -52,9 +52,9 @@ def setup_logging(level: int) -> None:
 
 
 def _register() -> None:
-    from spade_cli import seeds, validate
+    from spade_cli import design, hint, memory, model, rollout, seeds, validate
 
-    for module in (seeds, validate):
+    for module in (model, seeds, design, validate, hint, rollout, memory):
         module.register(app)
 
 

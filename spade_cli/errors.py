@@ -23,6 +23,7 @@ class UsageError(Exception):
 
 def exit_code_for(exc: BaseException) -> int:
     from sandbox.jail import SandboxUnavailable
+    from stages.backends import BackendUnavailable
     from stages.records import RecordError
     from stages.shards import InputMissing
 
@@ -30,7 +31,7 @@ def exit_code_for(exc: BaseException) -> int:
         return DATA
     if isinstance(exc, InputMissing):
         return NO_INPUT
-    if isinstance(exc, SandboxUnavailable):
+    if isinstance(exc, (SandboxUnavailable, BackendUnavailable)):
         return UNAVAILABLE
     if isinstance(exc, UsageError):
         return USAGE

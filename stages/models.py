@@ -64,7 +64,7 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
     config = Qwen2Config(hidden_size=hidden, intermediate_size=hidden * 3,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          vocab_size=len(tokenizer), tie_word_embeddings=True,
-                         max_position_embeddings=4096,
+                         max_position_embeddings=32768,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=None)
     model = Qwen2ForCausalLM(config)
@@ -72,9 +72,17 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    transformers_quiet()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def transformers_quiet() -> None:
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
 
 def smollm2_gguf() -> str:
@@ -99,6 +107,7 @@ def smollm2(out: str | Path, dtype: str = "bfloat16") -> Path:
         raise BackendUnavailable(f"`spade model smollm2` needs torch and transformers "
                                  f"({exc.name} is missing)") from None
     gguf = smollm2_gguf()
+    transformers_quiet()
     folder, name = os.path.split(gguf)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

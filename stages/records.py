@@ -75,6 +75,7 @@ class Design(Record):
     domain: Domain = "game"
     skill: str = ""
     difficulty: str | None = None
+    round: int = 0
     slot: int = 0
     attempt: int = 0
     prompt: str | list[dict[str, Any]] = ""
@@ -115,14 +116,21 @@ class Validation(Record):
     ok: bool = False
     check: str
     outcome: str = "ok"
+    round: int = 0
+    slot: int = 0
+    attempt: int = 0
     domain: Domain | None = None
     skill: str = ""
     source_hash: str | None = None
 
 
 class Turn(BaseModel):
+    """One agent turn: what the model wrote, what the env received, what came back."""
+
     model_config = ConfigDict(extra="allow")
     action: str
+    completion: str = ""
+    finish_reason: str = "stop"
     observation: str = ""
     reward: float = 0.0
     prompt_ids: list[int] | None = None

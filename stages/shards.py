@@ -204,6 +204,14 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
                                      suffix)
 
 
+def emit(stage: str, out: str, produce: Callable[[], Iterator[Record]], config: dict[str, Any],
+         stats: Stats, overwrite: bool = False, suffix: str = ".jsonl") -> None:
+    """Write what a stage without input shards makes (one output shard, index 0)."""
+    source = Shard(path="<generated>", index=0, records=())
+    run_stage(stage, [source], out, lambda _records: produce(), config, stats,
+              overwrite=overwrite, suffix=suffix)
+
+
 class ShardDir:
     """An output directory with a manifest that makes reruns resume."""
 

@@ -50,11 +50,13 @@ def validate_one(design: Design, sandbox: Sandbox) -> Env | Validation:
     except ContractError as exc:
         return Validation(check=exc.check, outcome=exc.outcome, domain=design.domain,
                           skill=design.skill, parents=[design.id], policy=design.policy,
+                          round=design.round, slot=design.slot, attempt=design.attempt,
                           error=Failure(type=exc.check, msg=exc.msg),
                           source_hash=source_hash(source) if source else None)
     if facts.domain != design.domain:
         return Validation(check="structure", domain=design.domain, skill=design.skill,
-                          parents=[design.id], policy=design.policy,
+                          parents=[design.id], policy=design.policy, round=design.round,
+                          slot=design.slot, attempt=design.attempt,
                           source_hash=source_hash(source),
                           error=Failure(type="structure", msg=f"asked for a {design.domain} env, "
                                         f"got a {facts.domain} env ({facts.class_name})"))

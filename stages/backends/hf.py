@@ -26,6 +26,9 @@ def import_torch_transformers():
         raise BackendUnavailable(
             f"the hf backend needs torch and transformers ({exc.name} is missing): "
             "pip install torch==2.13.0 && pip install 'spade-selfplay[hf]'") from None
+    # stderr is for spade's own progress and summary lines, not per-shard loading bars.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
     return torch, transformers
 
 

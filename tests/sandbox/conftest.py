@@ -141,7 +141,8 @@ def no_leftover_jails():
 def nsjail_ok() -> bool:
     """Skip (with the reason) every test that needs nsjail when it cannot run here."""
     try:
-        Worker(Sandbox(limits=Limits(call_timeout=10))).start()
+        with Worker(Sandbox(limits=Limits(call_timeout=10))):
+            pass
     except SandboxUnavailable as exc:
         pytest.skip(f"nsjail cannot run here: {exc}")
     except OSError as exc:  # e.g. an explicit nsjail path that does not exist

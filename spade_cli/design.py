@@ -1,0 +1,94 @@
+"""`spade design`: the designer writes B new env programs (design records)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, MaxTokens, Model,
+                               Out, Overwrite, PromptsDir, Round, Seed, Temperature, TopK, TopP,
+                               backend_spec)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("design")(design)
+
+
+def design(
+    backend: BackendName = "hf",
+    model: Model = "",
+    out: Out = "-",
+    domain: Annotated[str, typer.Option(help="game or tool_use.")] = "game",
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Envs to design.")] = 24,
+    round: Round = 0,
+    active_skills: Annotated[int, typer.Option(min=1, max=6,
+                                               help="Skills active this round.")] = 3,
+    difficulty: Annotated[str, typer.Option(help="easy, medium or hard.")] = "medium",
+    corpus: Annotated[str | None, typer.Option(
+        help="Corpus: JSONL (text/orig_doc), a directory of .txt/.md, or builtin:games / "
+             "builtin:tool_use (the default for the domain).")] = None,
+    corpus_words: Annotated[int, typer.Option(help="Truncate documents to this many words.")] = 6000,
+    memory: Annotated[str | None, typer.Option(help="Memory shard for few-shot examples.")] = None,
+    retry: Annotated[list[str] | None, typer.Option(
+        help="Validate output(s): design a new attempt for each rejected slot.")] = None,
+    max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per slot with --retry.")] = 5,
+    seed: Seed = 0,
+    temperature: Temperature = 0.6,
+    top_p: TopP = 1.0,
+    top_k: TopK = 0,
+    max_tokens: MaxTokens = 4096,
+    prompts: PromptsDir = None,
+    base_url: BaseUrl = None,
+    api_key: ApiKey = None,
+    device: Device = None,
+    overwrite: Overwrite = False,
+    compress: Compress = "jsonl",
+) -> None:
+    """Prompt the Environment Designer for new env programs, one per slot.
+
+    Skills rotate by round; each slot gets one corpus document and memory examples. With
+    --retry, only the slots whose previous attempt `spade validate` rejected are designed again.
+    """
+    from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.summary import summarize
+    from stages import corpus as corpus_mod
+    from stages import design as stage
+    from stages.backends import Sampling, load_backend
+    from stages.shards import Shard, Stats, emit, find_shards, read
+
+    with errors_to_exit("design"):
+        if domain not in ("game", "tool_use"):
+            raise UsageError(f"--domain must be game or tool_use, not {domain!r}")
+        if difficulty not in stage.DIFFICULTY_STEPS:
+            raise UsageError(f"--difficulty must be one of {', '.join(stage.DIFFICULTY_STEPS)}")
+        spec = backend_spec(backend, model, base_url, api_key, device)
+        cfg = stage.Config(domain=domain, batch=batch, round=round, active_skills=active_skills,
+                           difficulty=difficulty, seed=seed, max_attempts=max_attempts,
+                           prompts_dir=prompts, sampling=Sampling(
+                               temperature=temperature, top_p=top_p, top_k=top_k,
+                               max_tokens=max_tokens))
+        documents = corpus_mod.load(corpus or f"builtin:{'games' if domain == 'game' else domain}",
+                                    corpus_words)
+        memories = list(read([memory], kinds={"memory"})) if memory else []
+        if retry:
+            rejects = [r for r in read(retry, kinds={"env", "validation"})
+                       if r.kind == "validation" and r.round == round]
+            slots = stage.retry_slots(rejects, cfg)
+        else:
+            slots = stage.fresh_slots(cfg)
+        inputs = [s.digest() for s in find_shards(([memory] if memory else []) + (retry or []))]
+        config = {"backend": backend, "model": model, "domain": domain, "batch": batch,
+                  "round": round, "active_skills": active_skills, "difficulty": difficulty,
+                  "corpus": corpus, "seed": seed, "temperature": temperature, "top_p": top_p,
+                  "top_k": top_k, "max_tokens": max_tokens, "inputs": inputs,
+                  "slots": [(s.slot, s.attempt) for s in slots]}
+        stats = Stats()
+
+        def produce():
+            if not slots:
+                return iter(())
+            return stage.run(load_backend(spec), documents, memories, cfg, slots)
+
+        emit("design", out, produce, config, stats, overwrite, f".{compress}")
+        summarize("design", stats, f"{stats.written['design']} designs for {len(slots)} slots")

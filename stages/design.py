@@ -1,0 +1,137 @@
+"""design: the Environment Designer writes new env programs.
+
+In: a backend (the shared policy in its designer role), a corpus, an optional memory store, and
+for retries the `validation` rejects of an earlier attempt.
+Out: one `design` record per slot: the prompt, the completion with its token ids and sampling
+logprobs (the designer is trained on them), skill, difficulty, round, slot, attempt, the corpus
+document and memory entries it saw (lineage). `spade validate` extracts and checks the code.
+Guarantees: skills rotate (`active_skills` of the domain's six per round, slots spread over
+them); one corpus document per attempt, without replacement; everything is seeded from
+(seed, round, attempt), so a rerun with the same model reproduces the prompts exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from stages import memory as memory_store
+from stages import prompts
+from stages.backends import Backend, Sampling
+from stages.corpus import Document, Sampler
+from stages.records import Design, Memory, Validation
+from stages.skills import SKILLS
+
+DIFFICULTY_STEPS = {"easy": 2, "medium": 3, "hard": 6}
+APP_DOMAINS = ("online retail orders", "calendar and meeting booking", "file storage",
+               "banking and transfers", "library loans", "flight and travel booking",
+               "customer support tickets", "smart home devices", "restaurant reservations",
+               "human resources records")
+TASK_VARIANTS = {  # weights 3:2:1:1
+    "execute": (3, "every request can be carried out directly with the tools"),
+    "read_then_write": (2, "each request needs information read with one tool before another "
+                           "tool changes the state"),
+    "missing_value": (1, "one request lacks a value that must be found with a lookup tool "
+                         "first"),
+    "with_irrelevant": (1, "one request asks for something no tool can do; the env offers a "
+                           "`decline_request` tool and its criterion checks it was used"),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    domain: str = "game"
+    batch: int = 24
+    round: int = 0
+    active_skills: int = 3
+    difficulty: str = "medium"
+    seed: int = 0
+    max_attempts: int = 5
+    prompts_dir: str | None = None
+    sampling: Sampling = Sampling(temperature=0.6, max_tokens=4096)
+
+
+@dataclass(frozen=True)
+class Slot:
+    slot: int
+    attempt: int
+    skill: str
+
+
+def active_skills(domain: str, round: int, count: int) -> list[str]:
+    """Round-robin over the domain's skills: `count` of them are active in each round."""
+    names = list(SKILLS[domain])
+    return [names[(round * count + i) % len(names)] for i in range(count)]
+
+
+def fresh_slots(cfg: Config) -> list[Slot]:
+    skills = active_skills(cfg.domain, cfg.round, cfg.active_skills)
+    return [Slot(i, 0, skills[i * len(skills) // cfg.batch]) for i in range(cfg.batch)]
+
+
+def retry_slots(rejects: Iterable[Validation], cfg: Config) -> list[Slot]:
+    """The next attempt for each rejected slot that still has attempts left."""
+    latest: dict[int, Validation] = {}
+    for reject in rejects:
+        if reject.slot not in latest or reject.attempt > latest[reject.slot].attempt:
+            latest[reject.slot] = reject
+    return [Slot(r.slot, r.attempt + 1, r.skill) for _, r in sorted(latest.items())
+            if r.attempt + 1 < cfg.max_attempts]
+
+
+def prompt_for(slot: Slot, doc: Document, memory: list[Memory], cfg: Config,
+               rng: random.Random) -> tuple[str, list[str], dict]:
+    """The designer's prompt for one slot; returns (text, memory ids used, extra meta)."""
+    positives, negatives = memory_store.examples(memory, slot.skill, rng)
+    good, bad = memory_store.describe(positives, negatives)
+    memory_text = prompts.render("memory_examples", cfg.prompts_dir, positives=good,
+                                 negatives=bad) if good or bad else ""
+    values = dict(skill=slot.skill, skill_description=SKILLS[cfg.domain][slot.skill],
+                  difficulty=cfg.difficulty, doc_title=doc.title, doc_text=doc.text,
+                  memory=memory_text)
+    meta: dict = {"doc_title": doc.title}
+    if cfg.domain == "game":
+        values["min_steps"] = DIFFICULTY_STEPS.get(cfg.difficulty, 3)
+    else:
+        names = list(TASK_VARIANTS)
+        variant = rng.choices(names, weights=[TASK_VARIANTS[n][0] for n in names])[0]
+        values["variant"] = f"{variant}: {TASK_VARIANTS[variant][1]}"
+        values["app_domain"] = rng.choice(APP_DOMAINS)
+        meta.update(variant=variant, app_domain=values["app_domain"])
+    text = prompts.render(f"designer_{cfg.domain}", cfg.prompts_dir, **values)
+    return text, [m.id for m in positives + negatives], meta
+
+
+def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: Config,
+        slots: list[Slot]) -> Iterator[Design]:
+    """Prompt the designer once per slot (one batched call) and yield design records."""
+    if not slots:
+        return
+    attempt_key = min(s.attempt for s in slots)
+    sampler = Sampler(documents, seed=hash_seed(cfg.seed, cfg.round, attempt_key))
+    rng = random.Random(hash_seed(cfg.seed, cfg.round, attempt_key, 1))
+    built = []
+    for slot in slots:
+        doc = sampler.next()
+        text, memory_ids, meta = prompt_for(slot, doc, memory, cfg, rng)
+        built.append((slot, doc, text, memory_ids, meta))
+    conversations = [[{"role": "user", "content": text}] for _, _, text, _, _ in built]
+    sampling = Sampling(**{**cfg.sampling.__dict__,
+                           "seed": hash_seed(cfg.seed, cfg.round, attempt_key, 2)})
+    completions = backend.chat(conversations, sampling)
+    for (slot, doc, text, memory_ids, meta), done in zip(built, completions):
+        yield Design(domain=cfg.domain, skill=slot.skill, difficulty=cfg.difficulty,
+                     round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=text,
+                     completion=done.text, prompt_ids=done.prompt_ids,
+                     completion_ids=done.completion_ids, logprobs=done.logprobs,
+                     corpus_doc=doc.id, memory_ids=memory_ids, policy=backend.policy,
+                     parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason})
+
+
+def hash_seed(*parts: int) -> int:
+    """A stable 31-bit seed from integers (Python's hash() of tuples is stable for ints)."""
+    value = 0
+    for part in parts:
+        value = (value * 1_000_003 + int(part)) % 2_147_483_647
+    return value

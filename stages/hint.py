@@ -1,0 +1,56 @@
+"""hint: the designer reads a validated env's source and writes a privileged hint.
+
+In: `env` records and a backend (the designer role). Out: the same env records with `hint` set
+(ids unchanged: an env is its program) and `meta.hint` holding the call's token ids and logprobs.
+Guarantees: one batched call per input chunk; a hint is plain text of at most `max_chars`
+characters with any code fence or leading "Hint:" label stripped; an empty hint stays None, so
+score-regret treats that env as having no hinted plays.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from stages import prompts
+from stages.backends import Backend, Sampling
+from stages.records import Env
+
+LABEL_RE = re.compile(r"^\s*(?:\*\*)?hint(?:\*\*)?\s*:\s*", re.I)
+
+
+@dataclass(frozen=True)
+class Config:
+    prompts_dir: str | None = None
+    max_chars: int = 1000
+    chunk: int = 64
+    sampling: Sampling = Sampling(temperature=0.3, max_tokens=1024)
+
+
+def clean(text: str, max_chars: int) -> str | None:
+    text = re.sub(r"```.*?(```|$)", "", text, flags=re.S).strip()
+    text = LABEL_RE.sub("", text).strip()
+    return text[:max_chars].strip() or None
+
+
+def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
+    chunk: list[Env] = []
+    for env in envs:
+        chunk.append(env)
+        if len(chunk) == cfg.chunk:
+            yield from _hint_chunk(chunk, backend, cfg)
+            chunk = []
+    yield from _hint_chunk(chunk, backend, cfg)
+
+
+def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
+    if not envs:
+        return
+    conversations = [[{"role": "user", "content": prompts.render(
+        f"hint_{env.domain}", cfg.prompts_dir, source=env.source)}] for env in envs]
+    for env, done in zip(envs, backend.chat(conversations, cfg.sampling)):
+        call = {"prompt_ids": done.prompt_ids, "completion_ids": done.completion_ids,
+                "logprobs": done.logprobs, "policy": backend.policy}
+        yield env.model_copy(update={"hint": clean(done.text, cfg.max_chars),
+                                     "meta": {**env.meta, "hint": call}})

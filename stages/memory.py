@@ -1,0 +1,81 @@
+"""Environment memory: recent envs with their win rate and regret, shown to the designer.
+
+In: env records (seeding), regret records (updates), memory records (the store).
+Out: memory records (newest last, at most `cap`), and for one design prompt: positive examples
+(same skill, win rate in the learnable band, highest regret) and one negative example (same
+skill, too easy or too hard).
+Guarantees: deterministic for a seed; the store never exceeds `cap`; a snippet is at most
+`snippet_chars` of the env's source. Seed-library entries carry no measured win rate: they are
+stored with win 0.5 and regret 0, so they serve as positives until real envs replace them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterable
+
+from stages.records import Env, Memory, Regret
+
+CAP = 200
+SNIPPET_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Selection:
+    positive_band: tuple[float, float] = (0.15, 0.85)
+    negative_low: float = 0.1
+    negative_high: float = 0.9
+    positives: int = 2
+    negatives: int = 1
+
+
+def entry(env: Env, win_rate: float = 0.5, regret: float = 0.0, round: int = -1) -> Memory:
+    return Memory(env_id=env.id, skill=env.skill, snippet=env.source[:SNIPPET_CHARS],
+                  win_rate=win_rate, regret=regret, round=round, parents=[env.id],
+                  meta={"domain": env.domain})
+
+
+def seed(envs: Iterable[Env]) -> list[Memory]:
+    return [entry(env) for env in envs]
+
+
+def update(memory: list[Memory], envs: dict[str, Env], regrets: Iterable[Regret],
+           cap: int = CAP) -> list[Memory]:
+    """Add (or refresh) one entry per regret record; keep the newest `cap`."""
+    by_env = {m.env_id: m for m in memory}
+    for regret in regrets:
+        env = envs.get(regret.env_id)
+        if env is None:
+            continue
+        by_env.pop(regret.env_id, None)
+        by_env[regret.env_id] = entry(env, regret.win, regret.regret, regret.round)
+    return list(by_env.values())[-cap:]
+
+
+def examples(memory: list[Memory], skill: str, rng: random.Random,
+             selection: Selection = Selection()) -> tuple[list[Memory], list[Memory]]:
+    """Positive and negative examples for one design prompt."""
+    same = [m for m in memory if m.skill == skill]
+    low, high = selection.positive_band
+    learnable = sorted((m for m in same if low <= m.win_rate <= high),
+                       key=lambda m: (-m.regret, m.env_id))
+    pool = learnable[:max(3 * selection.positives, 10)]
+    positives = rng.sample(pool, min(selection.positives, len(pool)))
+    extreme = [m for m in same
+               if m.win_rate > selection.negative_high or m.win_rate < selection.negative_low]
+    negatives = rng.sample(extreme, min(selection.negatives, len(extreme)))
+    return positives, negatives
+
+
+def describe(positives: list[Memory], negatives: list[Memory]) -> tuple[str, str]:
+    """The two text blocks the designer prompt shows."""
+    good = "".join(f"\n### Example {i} (skill: {m.skill}, win rate: {m.win_rate:.2f}, "
+                   f"regret: {m.regret:.2f})\n```python\n{m.snippet}\n```\n"
+                   for i, m in enumerate(positives, 1))
+    bad = "".join(f"\n### Avoid environments like this one (win rate {m.win_rate:.2f}: "
+                  f"{'too easy' if m.win_rate > 0.5 else 'too hard'})\n```python\n{m.snippet}\n"
+                  f"```\n" for m in negatives)
+    if good:
+        good = "These worked well: the agent won some plays and the hint helped." + good
+    return good, bad
