@@ -35,7 +35,7 @@ GAME_MODULES = ("math", "cmath", "statistics", "fractions", "decimal", "random",
                 "bisect", "itertools", "graphlib", "difflib", "textwrap", "string", "collections",
                 "functools", "operator", "calendar", "colorsys", "zlib", "binascii", "unicodedata",
                 "re", "sched", "queue", "turtle", "datetime", "ipaddress", "array", "struct",
-                "numbers", "wave", "time", "zoneinfo", "enum", "tokenize", "keyword", "sre_parse",
+                "numbers", "wave", "time", "zoneinfo", "enum", "tokenize", "keyword",
                 "hashlib", "secrets", "base64", "codecs")
 TOOL_MODULES = ("json", "csv", "sqlite3", "pathlib", "datetime", "email.message", "http.client",
                 "urllib.parse", "zipfile", "tarfile", "shutil", "logging", "argparse", "configparser",

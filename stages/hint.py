@@ -17,7 +17,7 @@ from stages import prompts
 from stages.backends import Backend, Sampling
 from stages.records import Env
 
-LABEL_RE = re.compile(r"^\s*(?:\*\*)?hint(?:\*\*)?\s*:\s*", re.I)
+LABEL_RE = re.compile(r"^[\s*_#]*hint[\s*_]*:[\s*_]*", re.I)
 
 
 @dataclass(frozen=True)

@@ -28,4 +28,4 @@ def render(name: str, override_dir: str | None = None, **values: object) -> str:
     missing = sorted(set(PLACEHOLDER.findall(text)) - set(values))
     if missing:
         raise KeyError(f"prompt {name!r} needs values for {', '.join(missing)}")
-    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text).rstrip()

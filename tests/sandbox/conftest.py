@@ -1,10 +1,11 @@
 """Fixtures for the sandbox tests: can a jail run here, make workers, and check nothing leaks.
 
-Leak checking is scoped to OUR jails: other engineers' test runs on the same host also start
-nsjail workers (uid 65534 outside), so "any uid 65534 process" would be flaky. Every Worker
-started in this session is recorded (its nsjail pid and the pid namespace of its jailed init);
-at teardown no live (non-zombie) process may sit in one of those namespaces, run as uid 65534
-below this process, or be an nsjail child of this process.
+Leak checking is scoped to the jails these tests start: other engineers' test runs on the same
+host also start nsjail workers (uid 65534 outside), and other test directories may rely on the
+atexit hook to close theirs, so "any uid 65534 process" would be flaky. Every Worker a sandbox
+test starts is recorded (its nsjail pid and the pid namespace of its jailed init); at session
+teardown none of those nsjail processes may still be our child, and no live (non-zombie) uid
+65534 process may sit in one of those namespaces or below one of those nsjails.
 Zombies are ignored: a SIGKILLed nsjail leaves its jailed init to be reaped by PID 1, and in some
 containers PID 1 never reaps (the process is dead and holds no memory; see test_jail.py's
 test_close_reaps_jail_and_cgroups for the jail.py side of that).
@@ -80,9 +81,13 @@ def jailed_init(worker: Worker) -> Proc | None:
 
 
 _recorded_namespaces: set[str] = set()
+_recorded_nsjails: set[int] = set()
 
 
 def record(worker: Worker) -> None:
+    if worker.proc is None or worker.sandbox.mode != "nsjail":
+        return
+    _recorded_nsjails.add(worker.proc.pid)
     init = jailed_init(worker)
     ns = init.pidns if init else None
     if ns:
@@ -90,21 +95,22 @@ def record(worker: Worker) -> None:
 
 
 def leftovers() -> list[Proc]:
-    """Live processes that our jails left behind (see the module docstring)."""
+    """Live processes that the jails of these tests left behind (see the module docstring)."""
     me = os.getpid()
     procs = processes()
-    below_me = descendants(me, procs)
+    ours = set()
+    for pid in _recorded_nsjails:
+        ours |= descendants(pid, procs)
     bad = []
     for proc in procs:
-        if proc.pid == me:
-            continue
+        nsjail_of_ours = proc.ppid == me and proc.pid in _recorded_nsjails
         if proc.state == "Z":
-            if proc.ppid == me and proc.name == "nsjail":
-                bad.append(proc)  # an nsjail we never waited for
+            if nsjail_of_ours:
+                bad.append(proc)  # an nsjail nobody waited for
             continue
-        if proc.ppid == me and proc.name == "nsjail":
+        if nsjail_of_ours:
             bad.append(proc)
-        elif proc.uid == NOBODY and (proc.pid in below_me or proc.pidns in _recorded_namespaces):
+        elif proc.uid == NOBODY and (proc.pid in ours or proc.pidns in _recorded_namespaces):
             bad.append(proc)
     return bad
 
@@ -118,9 +124,9 @@ def wait_for_no_leftovers(timeout: float = 3.0) -> list[Proc]:
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_leftover_jails():
-    """Record every Worker this session starts; at the end, none of them may have left anything."""
+@pytest.fixture(autouse=True)
+def _record_workers(monkeypatch):
+    """Record every Worker a sandbox test starts (its nsjail pid and its pid namespace)."""
     original = Worker.start
 
     def recording_start(self, *args, **kwargs):
@@ -128,13 +134,15 @@ def no_leftover_jails():
         record(self)
         return reply
 
-    Worker.start = recording_start
-    try:
-        yield
-    finally:
-        Worker.start = original
+    monkeypatch.setattr(Worker, "start", recording_start)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_jails():
+    """At the end of the session, no jail started by a sandbox test may have left anything."""
+    yield
     bad = wait_for_no_leftovers()
-    assert not bad, f"processes left behind by this session's jails: {bad}"
+    assert not bad, f"processes left behind by the sandbox tests' jails: {bad}"
 
 
 @pytest.fixture(scope="session")
@@ -197,4 +205,5 @@ def jailkit():
     import types
 
     return types.SimpleNamespace(processes=processes, jailed_init=jailed_init,
-                                 env_source=env_source, descendants=descendants, NOBODY=NOBODY)
+                                 env_source=env_source, descendants=descendants, NOBODY=NOBODY,
+                                 leftovers=leftovers, wait_for_no_leftovers=wait_for_no_leftovers)

@@ -563,6 +563,20 @@ def test_classify_exit(code, log, mode, memory_cgroup, outcome):
         assert reply.error["msg"] == log  # the log is the message: it says what happened
 
 
+# -- the leak detector the session fixture relies on ---------------------------------------------
+
+def test_leak_detector_sees_an_unclosed_jail(nsjail_ok, jailkit):
+    worker = Worker(Sandbox(limits=Limits(call_timeout=2)))
+    worker.start()
+    try:
+        bad = jailkit.leftovers()
+        assert any(p.pid == worker.proc.pid for p in bad), bad  # the nsjail child of this process
+        assert any(p.uid == jailkit.NOBODY for p in bad), bad  # and the jailed worker
+    finally:
+        worker.close()
+    assert jailkit.wait_for_no_leftovers() == []
+
+
 # -- known bugs in sandbox/jail.py (strict xfail: they fail today, XPASS once fixed) ----------
 
 def _cgroup_dirs(init_pid: int) -> list[Path]:

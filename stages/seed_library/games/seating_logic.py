@@ -167,7 +167,7 @@ class SeatingLogicEnv:
         return text, float(reward), bool(terminated), bool(truncated), info
 
     def _seat(self, token):
-        if token.isdigit() and 1 <= int(token) <= self.n_seats:
+        if token.isdecimal() and 1 <= int(token) <= self.n_seats:
             return int(token) - 1
         for i, name in enumerate(self.row):
             if token == name.lower():

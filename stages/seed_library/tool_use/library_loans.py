@@ -114,7 +114,7 @@ class LibraryLoansEnv(ToolUseBaseEnv):
                 "parameters": {"type": "object", "properties": {"book_id": {"type": "string"}},
                                "required": ["book_id"]}},
             "place_hold": {
-                "description": "Place a hold on a book for a member (at most 3 holds).",
+                "description": "Place a hold on a book for a member (at most 5 holds).",
                 "parameters": {"type": "object", "properties": {
                     "member_id": {"type": "string"}, "book_id": {"type": "string"}},
                     "required": ["member_id", "book_id"]}},
@@ -181,8 +181,8 @@ class LibraryLoansEnv(ToolUseBaseEnv):
             return f"Error: no book '{book_id}'."
         if book_id in m["holds"]:
             return "Error: this member already holds that book."
-        if len(m["holds"]) >= 3:
-            return "Error: the member already has 3 holds."
+        if len(m["holds"]) >= 5:
+            return "Error: the member already has 5 holds."
         m["holds"].append(book_id)
         return f"Hold placed on {book_id} ({self.state['books'][book_id]['title']})."
 

@@ -1,0 +1,45 @@
+"""Memory: examples chosen by skill, win band and regret; the store is capped."""
+
+import random
+
+from stages import memory
+from stages.records import Env, Memory, Regret
+
+
+def entry(env_id, skill="spatial", win=0.5, regret=0.0):
+    return Memory(env_id=env_id, skill=skill, win_rate=win, regret=regret, snippet=env_id)
+
+
+def test_positives_are_same_skill_learnable_highest_regret():
+    store = [entry("a", win=0.5, regret=0.1), entry("b", win=0.5, regret=0.9),
+             entry("c", win=0.95, regret=1.0), entry("d", skill="memory", win=0.5, regret=2.0),
+             entry("e", win=0.3, regret=0.5)]
+    selection = memory.Selection(positives=2)
+    positives, negatives = memory.examples(store, "spatial", random.Random(0),
+                                           memory.Selection(positives=2))
+    pool = {"a", "b", "e"}
+    assert {m.env_id for m in positives} <= pool and len(positives) == 2
+    assert [m.env_id for m in negatives] == ["c"]
+    assert selection.positive_band == (0.15, 0.85)
+
+
+def test_no_examples_for_unknown_skill():
+    assert memory.examples([entry("a")], "nope", random.Random(0)) == ([], [])
+
+
+def test_update_refreshes_and_caps():
+    envs = {f"env_{i}": Env(id=f"env_{i}", domain="game", skill="spatial", class_name="XEnv",
+                            source=f"src {i}", source_hash=str(i), max_turns=5) for i in range(5)}
+    store = memory.seed(envs.values())
+    assert [m.win_rate for m in store] == [0.5] * 5
+    regrets = [Regret(env_id="env_0", win=0.2, regret=0.4, round=3)]
+    updated = memory.update(store, envs, regrets, cap=3)
+    assert len(updated) == 3
+    assert updated[-1].env_id == "env_0" and updated[-1].win_rate == 0.2
+    assert updated[-1].round == 3
+
+
+def test_describe_mentions_scores_and_avoid():
+    good, bad = memory.describe([entry("a", win=0.4, regret=0.3)], [entry("b", win=0.97)])
+    assert "win rate: 0.40, regret: 0.30" in good
+    assert "Avoid environments like this one (win rate 0.97: too easy)" in bad

@@ -1,0 +1,139 @@
+"""rollout: episode rewards, turn caps, hints, misbehaving envs, token bookkeeping."""
+
+import re
+
+import pytest
+
+from sandbox.jail import Limits, Sandbox
+from stages import rollout as stage
+from stages import seed_library
+from stages.backends.scripted import ScriptedBackend
+from stages.records import Env
+from stages.shards import read
+from stages.validate import source_hash
+
+# A door that opens after three knocks; the observation says how many are left.
+KNOCK = '''
+import re
+class KnockEnv:
+    max_turns = 6
+    def reset(self, seed=None):
+        self.left = 3
+        return f"Knock 3 times with \\\\boxed{{knock}}. {self.left} left.", {}
+    def step(self, action):
+        m = re.search(r"\\\\boxed\\{(.*?)\\}", action)
+        if m and m.group(1).strip() == "knock":
+            self.left -= 1
+        if m and m.group(1).strip() == "CRASH":
+            raise ValueError("boom")
+        if m and m.group(1).strip() == "HANG":
+            while True:
+                pass
+        if self.left == 0:
+            return "The door opens.", 1.0, True, False, {}
+        return f"{self.left} left.", 0.25, False, False, {}
+    def solution(self):
+        return ["\\\\boxed{knock}"] * 3
+'''
+
+
+def env(source=KNOCK, max_turns=6, hint=None, domain="game", tools=()):
+    return Env(domain=domain, class_name="KnockEnv", source=source, source_hash=source_hash(source),
+               max_turns=max_turns, hint=hint, tools=list(tools))
+
+
+def scripted(action):
+    return ScriptedBackend(lambda messages, tools: f"Let me think. \\boxed{{{action}}}")
+
+
+CFG = stage.Config(plays=2, concurrency=2, sandbox=Sandbox(limits=Limits(call_timeout=2)))
+
+
+def test_winning_play_gets_the_last_step_reward(jail_available):
+    plays = list(stage.run([env()], scripted("knock"), CFG))
+    assert len(plays) == 2
+    for play in plays:
+        assert play.reward == 1.0 and play.terminated and not play.truncated
+        assert [t.action for t in play.turns] == ["\\boxed{knock}"] * 3
+        assert [t.reward for t in play.turns] == [0.25, 0.25, 1.0]
+        assert play.outcome == "ok" and play.ok and play.parents == [env().id]
+    assert plays[0].seed != plays[1].seed
+
+
+def test_partial_rewards_without_termination_score_zero(jail_available):
+    play = next(stage.run([env(max_turns=4)], scripted("wait"), CFG))
+    assert play.truncated and not play.terminated
+    assert len(play.turns) == 4 and play.reward == 0.0
+
+
+def test_turn_cap_under_the_env_max_turns(jail_available):
+    cfg = stage.Config(plays=1, max_turns=2, sandbox=CFG.sandbox)
+    play = next(stage.run([env()], scripted("wait"), cfg))
+    assert len(play.turns) == 2 and play.truncated
+
+
+def test_hint_goes_into_the_first_observation_only(jail_available):
+    seen = []
+
+    def respond(messages, tools):
+        seen.append([m["content"] for m in messages if m["role"] == "user"])
+        return "\\boxed{knock}"
+
+    cfg = stage.Config(plays=1, hint=True, sandbox=CFG.sandbox)
+    play = next(stage.run([env(hint="knock, knock, knock")], ScriptedBackend(respond), cfg))
+    assert seen[0][0].endswith("HINT: knock, knock, knock")
+    assert all("HINT" not in later for later in seen[-1][1:])
+    assert play.hint is True and play.meta["hint_text"] == "knock, knock, knock"
+
+
+def test_crashing_env_is_a_recorded_outcome(jail_available):
+    play = next(stage.run([env()], scripted("CRASH"), CFG))
+    assert play.outcome == "program_error" and play.ok is False and play.reward == 0.0
+    assert "ValueError" in play.error.msg or "boom" in play.error.msg
+    assert len(play.turns) == 1
+
+
+def test_hanging_env_times_out_without_hanging_the_stage(jail_available):
+    play = next(stage.run([env()], scripted("HANG"), CFG))
+    assert play.outcome == "timeout" and play.error.type == "env.timeout"
+
+
+def test_game_actions_are_normalised_to_the_last_box():
+    assert stage.game_action("try \\boxed{a} then \\boxed{b {c}}") == "\\boxed{b {c}}"
+    assert stage.game_action("no box here") == "no box here"
+
+
+def test_output_is_in_env_then_play_order(jail_available):
+    envs = [env(), env(source=KNOCK.replace("3 times", "three times"))]
+    plays = list(stage.run(envs, scripted("knock"), stage.Config(plays=3, concurrency=4,
+                                                                  sandbox=CFG.sandbox)))
+    assert [(p.env_id, p.meta["play"]) for p in plays] == [
+        (e.id, i) for e in envs for i in range(3)]
+
+
+def test_tool_use_format_error_costs_and_continues(jail_available):
+    tool_env = next(e for e in read([str(seed_library.ENV_SHARD)]) if e.domain == "tool_use")
+    replies = iter(["I will just talk."] + ["<answer>done</answer>"] * 30)
+    backend = ScriptedBackend(lambda messages, tools: next(replies))
+    play = next(stage.run([tool_env], backend, stage.Config(plays=1, sandbox=CFG.sandbox)))
+    assert play.turns[0].reward == pytest.approx(-0.1)
+    assert len(play.turns) > 1 and play.reward == 0.0
+
+
+def test_tiny_model_turns_keep_token_bookkeeping(tiny_backend, jail_available):
+    cfg = stage.Config(plays=2, max_turns=3, sandbox=CFG.sandbox,
+                       sampling=stage.Sampling(max_tokens=12))
+    plays = list(stage.run([env()], tiny_backend, cfg))
+    tokenizer = tiny_backend.tokenizer
+    for play in plays:
+        assert play.policy == tiny_backend.policy
+        for turn in play.turns:
+            assert tokenizer.decode(turn.completion_ids, skip_special_tokens=True) == turn.completion
+            assert turn.action == stage.game_action(turn.completion)
+            assert len(turn.logprobs) == len(turn.completion_ids)
+            prompt = tokenizer.decode(turn.prompt_ids)
+            assert prompt.endswith("<|im_start|>assistant\n")
+        # turn k's prompt holds every earlier completion and observation: nothing unsampled
+        for earlier, later in zip(play.turns, play.turns[1:]):
+            assert later.prompt_ids[:len(earlier.prompt_ids)] == earlier.prompt_ids
+            assert earlier.completion in tokenizer.decode(later.prompt_ids)
