@@ -126,7 +126,8 @@ def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: 
                      completion=done.text, prompt_ids=done.prompt_ids,
                      completion_ids=done.completion_ids, logprobs=done.logprobs,
                      corpus_doc=doc.id, memory_ids=memory_ids, policy=backend.policy,
-                     parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason})
+                     parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason,
+                           "temperature": cfg.sampling.temperature})
 
 
 def hash_seed(*parts: int) -> int:

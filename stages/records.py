@@ -155,18 +155,27 @@ class Rollout(Record):
 
 
 class Regret(Record):
-    """Per-env regret and the designer reward derived from it."""
+    """Per-env regret and the designer reward derived from it (or a rejected design's penalty)."""
 
     kind: Literal["regret"] = "regret"
     prefix: ClassVar[str] = "rg"
-    env_id: str
+    env_id: str = ""  # empty for a design that never became an env
+    design_id: str | None = None
     skill: str = ""
     round: int = 0
+    variant: str = "blend"
     hint_reward: float | None = None
     no_hint_reward: float | None = None
+    n_hint: int = 0
+    n_no_hint: int = 0
     regret: float = 0.0
+    regret_n: float = 0.0
     win: float = 0.0
+    plateau: float = 0.0
     designer_reward: float = 0.0
+    designer_advantage: float = 0.0
+    broken: bool = False
+    rejected_by: str | None = None
 
 
 class Memory(Record):

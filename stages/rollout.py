@@ -147,6 +147,7 @@ class Episode:
                               parents=[self.env.id], policy=self.policy,
                               meta={"play": self.play, "hint_text": self.env.hint
                                     if self.cfg.hint else None,
+                                    "temperature": self.cfg.sampling.temperature,
                                     "seconds": round(time.monotonic() - self.started, 3)})
         self.close()
 

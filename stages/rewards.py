@@ -1,0 +1,115 @@
+"""Reward and advantage formulas: pure functions, constants in one frozen config.
+
+In: rewards of plays (floats), win rates, regrets. Out: the designer's raw reward and
+advantage, the agent's advantages. Guarantees: never NaN or inf; every constant comes from
+`RewardConfig` so recipes can change it; formulas as in SPADE.md (Rewards).
+
+- regret = mean(hinted rewards) - mean(no-hint rewards of the same round)
+- regret_n = clip(regret / regret_scale, 0, 1)
+- plateau(win) = 1 on [band_low, band_high], linear to 0 at ramp_low and at ramp_high
+- designer raw (variant "blend") = regret_weight * regret_n + plateau_weight * plateau(win);
+  "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - EMA(skill)|
+- designer advantage = (raw - mean raw of the same skill in the batch) * scale, scale capped
+- agent advantage = (reward - mean) / (std + eps) within the plays of one env
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import fmean, pstdev
+from typing import Sequence
+
+VARIANTS = ("blend", "solve_rate", "regret", "learning_potential")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    variant: str = "blend"
+    regret_scale: float = 0.15
+    regret_weight: float = 0.4
+    plateau_weight: float = 0.6
+    band_low: float = 0.4
+    band_high: float = 0.6
+    ramp_low: float = 0.15
+    ramp_high: float = 0.85
+    success_threshold: float = 0.0  # a play counts as a win when its reward is above this
+    ema_gamma: float = 0.85  # learning potential: slow EMA of the skill's win rate
+    invalid_penalty: float = 0.0  # designer raw reward for rejected or broken envs
+    scale_cap: float = 50.0
+    adv_eps: float = 1e-8
+
+
+def clip(value: float, low: float, high: float) -> float:
+    return max(low, min(high, value))
+
+
+def mean_or(values: Sequence[float], default: float | None) -> float | None:
+    return fmean(values) if values else default
+
+
+def regret(hinted: Sequence[float], no_hint: Sequence[float]) -> float:
+    """0 when either side has no plays: no evidence that the hint helped."""
+    if not hinted or not no_hint:
+        return 0.0
+    return fmean(hinted) - fmean(no_hint)
+
+
+def regret_n(value: float, cfg: RewardConfig) -> float:
+    return clip(value / cfg.regret_scale, 0.0, 1.0)
+
+
+def plateau(win: float, cfg: RewardConfig) -> float:
+    if cfg.band_low <= win <= cfg.band_high:
+        return 1.0
+    if win < cfg.band_low:
+        return clip((win - cfg.ramp_low) / (cfg.band_low - cfg.ramp_low), 0.0, 1.0)
+    return clip((cfg.ramp_high - win) / (cfg.ramp_high - cfg.band_high), 0.0, 1.0)
+
+
+def designer_raw(win: float, regret_value: float, cfg: RewardConfig,
+                 skill_ema: float | None = None) -> float:
+    if cfg.variant == "blend":
+        return cfg.regret_weight * regret_n(regret_value, cfg) + cfg.plateau_weight * plateau(win, cfg)
+    if cfg.variant == "solve_rate":
+        return plateau(win, cfg)
+    if cfg.variant == "regret":
+        return regret_n(regret_value, cfg)
+    if cfg.variant == "learning_potential":
+        return abs(win - (win if skill_ema is None else skill_ema))
+    raise ValueError(f"unknown reward variant {cfg.variant!r} (one of {', '.join(VARIANTS)})")
+
+
+def ema(previous: float | None, value: float, gamma: float) -> float:
+    return value if previous is None else gamma * previous + (1 - gamma) * value
+
+
+def designer_advantages(raws: Sequence[float], skills: Sequence[str], scale: float,
+                        cfg: RewardConfig) -> list[float]:
+    """Centre each raw reward on its skill's batch mean and scale; no std division."""
+    by_skill: dict[str, list[float]] = {}
+    for raw, skill in zip(raws, skills):
+        by_skill.setdefault(skill, []).append(raw)
+    factor = min(scale, cfg.scale_cap)
+    return [(raw - fmean(by_skill[skill])) * factor for raw, skill in zip(raws, skills)]
+
+
+def designer_scale(agent_samples: int, envs: int, window: int, cfg: RewardConfig) -> float:
+    """Weight designer samples like the agent samples they stand for: N_agent/N_env * k."""
+    if envs == 0:
+        return 0.0
+    return min(agent_samples / envs * window, cfg.scale_cap)
+
+
+def agent_advantages(rewards: Sequence[float], cfg: RewardConfig) -> list[float]:
+    """z-score within one env's plays; all-equal groups give zeros (no signal)."""
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
+    mu, sigma = fmean(rewards), pstdev(rewards)
+    return [(r - mu) / (sigma + cfg.adv_eps) for r in rewards]
+
+
+def finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite value {value}")
+    return value

@@ -1,0 +1,343 @@
+"""train-grpo: one GRPO update of the shared policy from both roles' samples.
+
+In: `rollout` records (agent samples: every turn of every no-hint play), `regret` records
+(designer advantages) with the `design` records they score (designer samples, usually from k
+rounds earlier), and the current model directory.
+Out: an HF checkpoint `step-NNNNNN/` (model, tokenizer, optimizer state, trainer_state.json) and
+one `train` record per optimizer step (loss, clip fraction, approx KL, entropy, grad norm,
+tokens/s, advantage stats per role, TIS weights).
+Guarantees:
+- loss = PPO-clip with asymmetric bounds (1 - clip_low, 1 + clip_high) against the policy at the
+  start of the update, token-mean over each optimizer batch, optional k3 KL to a reference;
+- only completion tokens carry loss: prompts, observations and tool results are context (each
+  turn is its own sample: the prompt the model really saw, the tokens it really sampled);
+- truncated importance sampling: every token is weighted by min(exp(logp_start - logp_sampled),
+  tis_cap) from the stored sampling logprobs, which corrects both sampler/trainer mismatch and
+  the k-round staleness of delayed designer samples;
+- agent advantage: z-score of episode rewards within one env's plays; designer advantage: as
+  score-regret computed it (skill-centred, scaled);
+- samples without token ids (openai backend) are skipped and counted, never guessed.
+TRL is used for its tested kernels (`trl.trainer.utils.selective_log_softmax`,
+`entropy_from_logits`); the loop itself is ours, because GRPOTrainer consumes offline,
+multi-role, per-turn samples only through an experimental hook and recomputes advantages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from stages import rewards
+from stages.records import Design, Record, Regret, Rollout, Train, content_hash
+
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass(frozen=True)
+class Config:
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.1
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_beta: float = 0.0
+    tis_cap: float = 2.0
+    batch_size: int = 64  # samples per optimizer step
+    micro_batch: int = 8  # samples per forward/backward (gradient accumulation)
+    epochs: int = 1
+    max_grad_norm: float = 1.0
+    train_on_hinted: bool = False
+    roles: tuple[str, ...] = ("agent", "designer")
+    lora_rank: int = 0  # 0 = full fine-tuning
+    lora_alpha: int = 32
+    bf16: bool = True  # only used on CUDA
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    device: str | None = None
+    rewards: rewards.RewardConfig = field(default_factory=rewards.RewardConfig)
+
+
+@dataclass
+class Sample:
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampled_logprobs: list[float]
+    advantage: float
+    temperature: float = 1.0
+    source: str = ""
+
+
+# -- building samples ------------------------------------------------------------------------
+
+def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample], dict[str, int]]:
+    """Agent samples from rollouts, designer samples from regret + design records."""
+    plays: dict[str, list[Rollout]] = defaultdict(list)
+    designs: dict[str, Design] = {}
+    regrets: list[Regret] = []
+    for record in records:
+        if isinstance(record, Rollout) and (cfg.train_on_hinted or not record.hint) and record.ok:
+            plays[f"{record.env_id}:{int(record.hint)}:{record.round}"].append(record)
+        elif isinstance(record, Design):
+            designs[record.id] = record
+        elif isinstance(record, Regret):
+            regrets.append(record)
+    samples: list[Sample] = []
+    skipped: dict[str, int] = defaultdict(int)
+    if "agent" in cfg.roles:
+        for group in plays.values():
+            advantages = rewards.agent_advantages([p.reward for p in group], cfg.rewards)
+            for play, advantage in zip(group, advantages):
+                temperature = float(play.meta.get("temperature", 1.0))
+                for turn in play.turns:
+                    if not turn.completion_ids or turn.prompt_ids is None or not turn.logprobs:
+                        skipped["agent_no_token_ids"] += 1
+                        continue
+                    samples.append(Sample("agent", turn.prompt_ids, turn.completion_ids,
+                                          turn.logprobs, advantage, temperature, play.id))
+    if "designer" in cfg.roles:
+        for regret in regrets:
+            design = designs.get(regret.design_id or "")
+            if design is None:
+                skipped["designer_without_design_record"] += 1
+                continue
+            if not design.completion_ids or design.prompt_ids is None or not design.logprobs:
+                skipped["designer_no_token_ids"] += 1
+                continue
+            samples.append(Sample("designer", design.prompt_ids, design.completion_ids,
+                                  design.logprobs, regret.designer_advantage,
+                                  float(design.meta.get("temperature", 1.0)), design.id))
+    return samples, dict(skipped)
+
+
+# -- the model side ---------------------------------------------------------------------------
+
+class Policy:
+    """The model being trained, its optimizer, and the math on padded sample batches."""
+
+    def __init__(self, model_dir: str, cfg: Config):
+        from stages.backends.hf import import_torch_transformers, pick_device
+
+        torch, transformers = import_torch_transformers()
+        self.torch, self.cfg = torch, cfg
+        self.device = pick_device(cfg.device)
+        self.autocast = self.device.startswith("cuda") and cfg.bf16 and \
+            torch.cuda.is_bf16_supported()
+        torch.manual_seed(cfg.seed)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if cfg.lora_rank:
+            try:
+                import peft
+            except ImportError:
+                from stages.backends import BackendUnavailable
+
+                raise BackendUnavailable("--lora-rank needs peft: pip install peft") from None
+            model = peft.get_peft_model(model, peft.LoraConfig(
+                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
+                task_type="CAUSAL_LM"))
+        self.model = model.to(self.device)
+        self.model.config.use_cache = False
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas,
+                                           weight_decay=cfg.weight_decay)
+        state = Path(model_dir) / "optimizer.pt"
+        if state.exists() and not cfg.lora_rank:
+            self.optimizer.load_state_dict(torch.load(state, map_location=self.device))
+        self.reference = None
+        if cfg.kl_beta > 0:
+            self.reference = transformers.AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=torch.float32).to(self.device).eval()
+
+    def batch(self, samples: list[Sample]):
+        """Right-padded input ids and the (row, position) of every completion token."""
+        torch = self.torch
+        pad = self.tokenizer.pad_token_id or 0
+        sequences = [s.prompt_ids + s.completion_ids for s in samples]
+        width = max(len(seq) for seq in sequences)
+        ids = torch.full((len(samples), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(samples), width), dtype=torch.long)
+        mask = torch.zeros((len(samples), width - 1), dtype=torch.bool)
+        targets = torch.full((len(samples), width - 1), pad, dtype=torch.long)
+        temps = torch.ones((len(samples), 1, 1))
+        for row, (sample, seq) in enumerate(zip(samples, sequences)):
+            ids[row, :len(seq)] = torch.tensor(seq)
+            attention[row, :len(seq)] = 1
+            start = len(sample.prompt_ids) - 1  # logits at t predict token t + 1
+            mask[row, start:start + len(sample.completion_ids)] = True
+            targets[row, start:start + len(sample.completion_ids)] = torch.tensor(
+                sample.completion_ids)
+            # greedy samples were scored at temperature 1 by the backends
+            temps[row] = sample.temperature if sample.temperature > 0 else 1.0
+        return (ids.to(self.device), attention.to(self.device), mask.to(self.device),
+                targets.to(self.device), temps.to(self.device))
+
+    def logprobs(self, model, ids, attention, targets, temps, with_entropy=False):
+        from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+        with self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.autocast):
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        logits = logits / temps
+        logp = selective_log_softmax(logits, targets)
+        entropy = entropy_from_logits(logits) if with_entropy else None
+        return logp, entropy
+
+    def save(self, out: Path, state: dict) -> None:
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = self.model
+        if self.cfg.lora_rank:
+            model = model.merge_and_unload()  # every backend loads plain weights
+        model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        if not self.cfg.lora_rank:
+            self.torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+
+
+def _stats(values: list[float], prefix: str) -> dict[str, float]:
+    if not values:
+        return {}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return {f"{prefix}_mean": mean, f"{prefix}_std": std, f"{prefix}_min": min(values),
+            f"{prefix}_max": max(values), f"{prefix}_n": float(len(values))}
+
+
+def update(policy: Policy, samples: list[Sample], cfg: Config, step0: int) -> Iterator[Train]:
+    """Run the optimizer steps over `samples`; yield one Train record per step."""
+    torch = policy.torch
+    order = list(range(len(samples)))
+    random.Random(cfg.seed + step0).shuffle(order)
+    start_logps = _start_logprobs(policy, samples, cfg)
+    step = step0
+    for _epoch in range(cfg.epochs):
+        for first in range(0, len(order), cfg.batch_size):
+            chosen = order[first:first + cfg.batch_size]
+            step += 1
+            yield _optimizer_step(policy, [samples[i] for i in chosen],
+                                  [start_logps[i] for i in chosen], cfg, step)
+
+
+def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
+    """log p of each completion token under the policy before this update (no grad)."""
+    torch = policy.torch
+    out = []
+    policy.model.eval()
+    with torch.no_grad():
+        for first in range(0, len(samples), cfg.micro_batch):
+            chunk = samples[first:first + cfg.micro_batch]
+            ids, attention, mask, targets, temps = policy.batch(chunk)
+            logp, _ = policy.logprobs(policy.model, ids, attention, targets, temps)
+            for row in range(len(chunk)):
+                out.append(logp[row][mask[row]].cpu())
+    policy.model.train()
+    return out
+
+
+def _optimizer_step(policy: Policy, batch: list[Sample], start: list, cfg: Config,
+                    step: int) -> Train:
+    torch = policy.torch
+    began = time.monotonic()
+    total_tokens = sum(len(s.completion_ids) for s in batch)
+    sums = defaultdict(float)
+    policy.optimizer.zero_grad(set_to_none=True)
+    for first in range(0, len(batch), cfg.micro_batch):
+        chunk, chunk_start = batch[first:first + cfg.micro_batch], start[first:first + cfg.micro_batch]
+        ids, attention, mask, targets, temps = policy.batch(chunk)
+        logp_all, entropy_all = policy.logprobs(policy.model, ids, attention, targets, temps,
+                                                with_entropy=True)
+        logp = logp_all[mask]
+        old = torch.cat(chunk_start).to(logp.device)
+        sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs[:len(s.completion_ids)]],
+                               device=logp.device, dtype=logp.dtype)
+        advantages = torch.tensor([s.advantage for s in chunk for _ in s.completion_ids],
+                                  device=logp.device, dtype=logp.dtype)
+        loss_terms, parts = token_loss(torch, logp, old, sampled, advantages, cfg)
+        if policy.reference is not None:
+            with torch.no_grad():
+                ref_all, _ = policy.logprobs(policy.reference, ids, attention, targets, temps)
+            ref = ref_all[mask]
+            kl = torch.exp(ref - logp) - (ref - logp) - 1
+            loss_terms = loss_terms + cfg.kl_beta * kl
+            sums["kl_ref"] += float(kl.detach().sum())
+        (loss_terms.sum() / total_tokens).backward()
+        sums["loss"] += float(loss_terms.detach().sum())
+        sums["entropy"] += float(entropy_all[mask].detach().sum())
+        for key, value in parts.items():
+            sums[key] += value
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [p for p in policy.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+    policy.optimizer.step()
+    seconds = time.monotonic() - began
+    stats = {key: value / total_tokens for key, value in sums.items()}
+    stats.update(grad_norm=float(grad_norm), tokens=float(total_tokens), seconds=seconds,
+                 tokens_per_s=total_tokens / seconds if seconds > 0 else 0.0, lr=cfg.lr)
+    for role in ("agent", "designer"):
+        stats.update(_stats([s.advantage for s in batch if s.role == role], f"{role}_adv"))
+    stats = {k: v for k, v in stats.items() if math.isfinite(v)}
+    return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
+                 parents=sorted({s.source for s in batch})[:1000])
+
+
+def token_loss(torch, logp, old, sampled, advantages, cfg: Config):
+    """Per-token PPO-clip loss with asymmetric clipping and truncated importance weights."""
+    ratio = torch.exp(logp - old)
+    tis = torch.clamp(torch.exp(old - sampled), max=cfg.tis_cap).detach()
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high) * advantages
+    loss = -tis * torch.minimum(unclipped, clipped)
+    parts = {"clip_frac": float((unclipped != clipped).float().sum()),
+             "approx_kl": float((0.5 * (logp - old) ** 2).detach().sum()),
+             "tis_weight": float(tis.sum()),
+             "tis_clamped": float((torch.exp(old - sampled) > cfg.tis_cap).float().sum())}
+    return loss, parts
+
+
+# -- the stage --------------------------------------------------------------------------------
+
+def previous_step(model_dir: str) -> int:
+    state = Path(model_dir) / STATE_FILE
+    return json.loads(state.read_text()).get("step", 0) if state.exists() else 0
+
+
+def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
+        round: int = 0) -> tuple[list[Train], Path | None, dict]:
+    """Train on the records; returns (train records, checkpoint dir or None, info)."""
+    records = list(records)
+    samples, skipped = build_samples(records, cfg)
+    info = {"samples": len(samples), "skipped": skipped,
+            "roles": {role: sum(s.role == role for s in samples) for role in cfg.roles}}
+    if not samples:
+        return [], None, info
+    step0 = previous_step(model_dir)
+    digest = content_hash([sorted(r.id for r in records), asdict(cfg), step0,
+                           os.path.abspath(model_dir)])
+    steps = cfg.epochs * math.ceil(len(samples) / cfg.batch_size)
+    out = Path(ckpt_root) / f"step-{step0 + steps:06d}"
+    state_path = out / STATE_FILE
+    if state_path.exists() and json.loads(state_path.read_text()).get("inputs") == digest:
+        done = json.loads(state_path.read_text())
+        info["resumed"] = True
+        return [Train.model_validate(t) for t in done["train"]], out, info
+    policy = Policy(model_dir, cfg)
+    trained = list(update(policy, samples, cfg, step0))
+    Path(ckpt_root).mkdir(parents=True, exist_ok=True)
+    policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
+                      "parent": os.path.abspath(model_dir), "info": info,
+                      "train": [t.to_dict() for t in trained]})
+    return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info
