@@ -40,7 +40,6 @@ import logging
 import os
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -273,8 +272,7 @@ def pick_model_envs(envs: list[Env], count: int) -> list[Env]:
     tools = [e for e in envs if e.domain == "tool_use"]
     chosen = tools[:1] if tools else []
     step = max(1, len(games) // max(1, count - len(chosen)))
-    chosen = games[::step][:count - len(chosen)] + chosen
-    return chosen
+    return games[::step][:count - len(chosen)] + chosen
 
 
 def load_tiny(folder: str) -> Any:
@@ -339,7 +337,8 @@ def machine_facts() -> dict[str, Any]:
                                  f"({exc.name} is missing)") from None
     return {"nproc": len(os.sched_getaffinity(0)), "python": platform.python_version(),
             "jail_python": python, "nsjail": nsjail, "kernel": platform.release(),
-            "cgroup_memory": cgroups.get("memory", False), "cgroup_pids": cgroups.get("pids", False),
+            "cgroup_memory": cgroups.get("memory", False),
+            "cgroup_pids": cgroups.get("pids", False),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "transformers": transformers.__version__}
 

@@ -14,7 +14,7 @@ Unicode, empty, any length; gymnasium's own `Text` rejects most of these), and
 
 Guarantees:
 - The env's code only ever runs inside the jailed `Worker` (sandbox/jail.py); this process sees
-  its replies as JSON data. No call blocks past `Limits.call_timeout`.
+  its replies as JSON data. Each call is bounded by `Limits.call_timeout`, as `Worker.call` is.
 - Any non-ok reply raises `EnvCrashed(outcome, message, error)`, with `outcome` one of
   `jail.OUTCOMES` ("program_error", "timeout", "oom", "output_limit"); a reply of the wrong shape
   (a non-str observation, a non-dict info, a non-number reward, not a 2- or 5-tuple) raises
@@ -157,7 +157,8 @@ class JailedEnv(gymnasium.Env[str, str]):
             raise _bad_shape("step", f"returned a reward that is not a finite number: {reward!r}")
         if not isinstance(terminated, bool) or not isinstance(truncated, bool):
             raise _bad_shape("step", "must return bools for terminated and truncated")
-        return self._obs("step", obs), float(reward), terminated, truncated, self._info("step", info)
+        obs, info = self._obs("step", obs), self._info("step", info)
+        return obs, float(reward), terminated, truncated, info
 
     def render(self) -> None:
         return None

@@ -52,9 +52,11 @@ def setup_logging(level: int) -> None:
 
 
 def _register() -> None:
-    from spade_cli import design, hint, memory, model, rollout, seeds, validate
+    from spade_cli import (design, hint, memory, model, rollout, score_regret, seeds, train_grpo,
+                           validate)
 
-    for module in (model, seeds, design, validate, hint, rollout, memory):
+    for module in (model, seeds, design, validate, hint, rollout, score_regret, train_grpo,
+                   memory):
         module.register(app)
 
 

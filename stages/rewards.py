@@ -103,7 +103,7 @@ def designer_scale(agent_samples: int, envs: int, window: int, cfg: RewardConfig
 
 def agent_advantages(rewards: Sequence[float], cfg: RewardConfig) -> list[float]:
     """z-score within one env's plays; all-equal groups give zeros (no signal)."""
-    if len(rewards) < 2:
+    if len(rewards) < 2 or max(rewards) == min(rewards):
         return [0.0] * len(rewards)
     mu, sigma = fmean(rewards), pstdev(rewards)
     return [(r - mu) / (sigma + cfg.adv_eps) for r in rewards]

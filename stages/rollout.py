@@ -96,7 +96,10 @@ class Episode:
         reset = self.worker.call("reset", seed=self.seed)
         if not reset.ok:
             return self.fail(reset)
-        observation = str(reset.result[0])
+        try:
+            observation = str(reset.result[0])
+        except (TypeError, IndexError, KeyError):
+            return self.fail(_shape_error("reset", reset))
         if self.cfg.hint and self.env.hint:
             observation = f"{observation}\n\nHINT: {self.env.hint}"
         if self.env.domain == "tool_use":
@@ -116,7 +119,10 @@ class Episode:
         if not reply.ok:
             self.turns.append(turn)
             return self.fail(reply)
-        observation, reward, terminated, truncated, info = reply.result
+        try:
+            observation, reward, terminated, truncated, info = reply.result
+        except (TypeError, ValueError):
+            return self.fail(_shape_error("step", reply))
         self.turns.append(turn.model_copy(update={"observation": str(observation),
                                                   "reward": _finite(reward)}))
         self.last_reward = _finite(reward)
@@ -157,6 +163,11 @@ class Episode:
             self.worker = None
 
 
+def _shape_error(op: str, reply: Reply) -> Reply:
+    return Reply("program_error", error={"type": "shape",
+                                         "msg": f"{op} returned {reply.shape}, not the contract's tuple"})
+
+
 def _finite(value) -> float:
     try:
         number = float(value)
@@ -183,8 +194,8 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Rollout]
                         break
                     fresh.append(Episode(order, task[0], task[1], cfg, backend.policy))
                     order += 1
+                active += fresh  # before opening, so `finally` closes them if an open raises
                 list(pool.map(Episode.open, fresh))
-                active += fresh
                 for episode in [e for e in active if e.result is not None]:
                     pending[episode.order] = episode.result
                 active = [e for e in active if e.result is None]

@@ -163,11 +163,12 @@ class Stats:
     written: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)
     skipped_shards: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # stage-specific diagnostics
     started: float = field(default_factory=time.monotonic)
 
     def as_dict(self) -> dict[str, Any]:
         return {"read": self.read, "written": dict(self.written), "reasons": dict(self.reasons),
-                "skipped_shards": self.skipped_shards,
+                "skipped_shards": self.skipped_shards, **self.extra,
                 "seconds": round(time.monotonic() - self.started, 3)}
 
 
@@ -179,8 +180,9 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
               overwrite: bool = False, suffix: str = ".jsonl") -> None:
     """Feed each input shard through `transform` and write what comes out.
 
-    `out` is `-` (stdout, streaming, no resume) or a directory (one output file per produced
-    kind per input shard, resumable). Records are counted into `stats`.
+    `out` is `-` (stdout, streaming, no resume), a file named `*.jsonl[.gz|.zst]` (every
+    record in one file, written atomically), or a directory (one output file per produced kind
+    per input shard, resumable). Records are counted into `stats`.
     """
 
     def counted(records: Iterator[Record]) -> Iterator[Record]:
@@ -199,6 +201,10 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
             for line in encode(counted(inputs(shard))):
                 sink.write(line)
             sink.flush()
+        return
+    if out.endswith(SUFFIXES):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, encode(record for shard in shards for record in counted(inputs(shard))))
         return
     ShardDir(out, stage, config).run(shards, lambda s: counted(inputs(s)), stats, overwrite,
                                      suffix)

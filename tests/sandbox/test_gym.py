@@ -31,7 +31,8 @@ class GuessEnv:
         self.rng = random.Random(seed)
         self.target = self.rng.randint(1, 20)
         self.turns = 0
-        return f"Guess my number (1-20). Hint: it is {'even' if self.target % 2 == 0 else 'odd'}.", {"turn": 0}
+        parity = "even" if self.target % 2 == 0 else "odd"
+        return f"Guess my number (1-20). Hint: it is {parity}.", {"turn": 0}
 
     def step(self, action):
         self.turns += 1

@@ -114,8 +114,8 @@ def test_network_cannot_reach_a_host_listener(make_worker, jailkit):
         assert accepted, "control connection from the host was not accepted"
         accepted.clear()
 
-        source = jailkit.env_source(prelude=f"import socket\nTARGETS = {targets!r}\nPORT = {port}\n",
-                                    step="""
+        prelude = f"import socket\nTARGETS = {targets!r}\nPORT = {port}\n"
+        source = jailkit.env_source(prelude=prelude, step="""
             seen = {}
             for host in TARGETS:
                 try:
@@ -413,8 +413,8 @@ def test_infinite_loop_times_out(make_worker, jailkit, where):
     "while True:\n    os.write(2, b'y' * 65536)",
     "while True:\n    try:\n        print('z' * 1000)\n    except BaseException:\n        pass",
     # garbage without a newline straight onto every descriptor, the protocol pipe included
-    "while True:\n    for fd in range(1, 10):\n        try:\n            os.write(fd, b'w' * 65536)\n"
-    "        except OSError:\n            pass",
+    "while True:\n    for fd in range(1, 10):\n        try:\n"
+    "            os.write(fd, b'w' * 65536)\n        except OSError:\n            pass",
 ], ids=["print", "stderr", "print-swallowing-errors", "protocol-fd"])
 def test_output_flood_is_cut_off(make_worker, jailkit, step):
     worker = loaded(make_worker(call_timeout=2), jailkit.env_source(prelude="import os\n",
@@ -605,9 +605,9 @@ def test_close_reaps_jail_and_cgroups(make_worker, jailkit, how):
 
 
 @pytest.mark.xfail(strict=True, reason="BUG jail.py Worker.call: the request is written with a "
-                   "blocking write and no deadline; a worker that stops reading stdin (here: an env "
-                   "thread holding the GIL) blocks the host forever once a request exceeds the pipe "
-                   "buffer (64 KiB); fix: non-blocking stdin, write under the call deadline")
+                   "blocking write and no deadline; a worker that stops reading stdin (here: an "
+                   "env thread holding the GIL) blocks the host forever once a request exceeds "
+                   "the pipe buffer (64 KiB); fix: non-blocking stdin, write under the deadline")
 def test_big_request_to_a_stuck_worker_respects_call_timeout(make_worker, jailkit):
     source = jailkit.env_source(prelude="import sys, threading, time\n", reset=(
         "sys.setswitchinterval(1000); threading.Thread(target=lambda: (time.sleep(0.3), "
@@ -652,9 +652,9 @@ def test_missing_nsjail_binary_is_sandbox_unavailable(tmp_path):
         Worker(Sandbox(nsjail=str(tmp_path / "no-nsjail"))).start()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG jail.py classify_exit: nsjail exiting 255 with an empty "
-                   "log gives sandbox_failure with msg '' (start() then raises 'jail failed to "
-                   "start: ' with no detail); fix: fall back to f'nsjail exited with status {code}'")
+@pytest.mark.xfail(strict=True, reason="BUG jail.py classify_exit: nsjail exiting 255 with an "
+                   "empty log gives sandbox_failure with msg '' (start() then raises 'jail failed "
+                   "to start: ' with no detail); fix: fall back to 'nsjail exited with status N'")
 def test_sandbox_failure_without_a_log_still_says_something():
     reply = classify_exit(255, "", "nsjail", False)
     assert reply.outcome == "sandbox_failure" and reply.error["msg"]

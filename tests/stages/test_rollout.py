@@ -137,3 +137,11 @@ def test_tiny_model_turns_keep_token_bookkeeping(tiny_backend, jail_available):
         for earlier, later in zip(play.turns, play.turns[1:]):
             assert later.prompt_ids[:len(earlier.prompt_ids)] == earlier.prompt_ids
             assert earlier.completion in tokenizer.decode(later.prompt_ids)
+
+
+def test_step_returning_the_wrong_shape_is_a_recorded_outcome(jail_available):
+    broken = KNOCK.replace('return f"{self.left} left.", 0.25, False, False, {}',
+                           'return f"{self.left} left.", 0.25, False')
+    play = next(stage.run([env(source=broken)], scripted("wait"), CFG))
+    assert play.outcome == "program_error" and play.error.type == "env.program_error"
+    assert "step returned" in play.error.msg

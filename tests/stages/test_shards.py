@@ -150,3 +150,14 @@ def read_records(shard):
     from stages.shards import read_shard
 
     return list(read_shard(shard))
+
+
+def test_file_output_writes_one_file_atomically(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_shard(inputs / "design-00000.jsonl", designs(2))
+    write_shard(inputs / "design-00001.jsonl", designs(1, start=2))
+    out = tmp_path / "sub" / "all.jsonl.gz"
+    run_stage("upper", find_shards([str(inputs)]), str(out), upper, {}, Stats())
+    assert [r.completion for r in read([str(out)])] == ["ANSWER 0", "ANSWER 1", "ANSWER 2"]
+    assert sorted(os.listdir(out.parent)) == ["all.jsonl.gz"]

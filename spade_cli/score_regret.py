@@ -1,0 +1,78 @@
+"""`spade score-regret`: regret, win rate and the designer reward per env; memory update."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spade_cli.options import Compress, Inputs, Out, Overwrite, Round
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score-regret")(score_regret)
+
+
+def score_regret(
+    inputs: Inputs = ["-"],
+    out: Out = "-",
+    round: Round = 0,
+    window: Annotated[int, typer.Option(min=1, help="k: rounds an env set lives; win is "
+                                                     "measured over this many rounds.")] = 4,
+    variant: Annotated[str, typer.Option(help="blend, solve_rate, regret or "
+                                              "learning_potential.")] = "blend",
+    regret_scale: Annotated[float, typer.Option(help="regret_n = clip(regret / this, 0, 1).")] = 0.15,
+    regret_weight: Annotated[float, typer.Option(help="Blend weight of regret_n.")] = 0.4,
+    plateau_weight: Annotated[float, typer.Option(help="Blend weight of plateau(win).")] = 0.6,
+    band: Annotated[tuple[float, float], typer.Option(help="Win band where plateau is 1.")] = (0.4, 0.6),
+    ramp: Annotated[tuple[float, float], typer.Option(help="Wins where plateau reaches 0.")] = (0.15, 0.85),
+    invalid_penalty: Annotated[float, typer.Option(help="Designer reward of rejected or "
+                                                        "broken envs.")] = 0.0,
+    scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
+    memory: Annotated[str | None, typer.Option(help="Memory shard to update in place "
+                                                    "(needs the env records among the inputs).")] = None,
+    memory_cap: Annotated[int, typer.Option(help="Most entries the memory keeps.")] = 200,
+    overwrite: Overwrite = False,
+    compress: Compress = "jsonl",
+) -> None:
+    """Score each env from its hinted and no-hint plays; reads rollouts, envs, rejects."""
+    import os
+
+    from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.summary import summarize
+    from stages import memory as store
+    from stages import score_regret as stage
+    from stages.records import Env
+    from stages.rewards import VARIANTS, RewardConfig
+    from stages.shards import Stats, emit, encode, find_shards, read, write_atomic
+
+    with errors_to_exit("score-regret"):
+        if variant not in VARIANTS:
+            raise UsageError(f"--variant must be one of {', '.join(VARIANTS)}")
+        rewards = RewardConfig(variant=variant, regret_scale=regret_scale,
+                               regret_weight=regret_weight, plateau_weight=plateau_weight,
+                               band_low=band[0], band_high=band[1], ramp_low=ramp[0],
+                               ramp_high=ramp[1], invalid_penalty=invalid_penalty,
+                               scale_cap=scale_cap)
+        cfg = stage.Config(round=round, window=window, rewards=rewards)
+        shards = find_shards(inputs)
+        records = list(read([s.path for s in shards],
+                            kinds={"rollout", "env", "validation", "regret"}))
+        stats = Stats(read=len(records))
+        regrets, diagnostics = stage.run(records, cfg)
+        stats.extra["diagnostics"] = diagnostics.as_dict()
+        config = {"round": round, "window": window, "rewards": rewards.__dict__,
+                  "inputs": [s.digest() for s in shards]}
+        emit("score-regret", out, lambda: iter(regrets), config, stats, overwrite,
+             f".{compress}")
+        if memory:
+            envs = {r.id: r for r in records if isinstance(r, Env)}
+            existing = list(read([memory], kinds={"memory"})) if os.path.exists(memory) else []
+            updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
+            write_atomic(memory, encode(updated))
+        d = diagnostics
+        summarize("score-regret", stats,
+                  f"{len(regrets)} envs scored, mean win {d.mean_win:.2f}, learnable "
+                  f"{d.learnable_share:.0%}, regret mean {d.regret_mean:+.3f}, flat groups "
+                  f"{d.zero_variance_share:.0%}, invalid {d.invalid}")
+

@@ -1,0 +1,79 @@
+"""`spade train-grpo`: one GRPO update of the shared policy; writes the next checkpoint."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spade_cli.options import Compress, Device, Inputs, Out, Overwrite, Round, Seed
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train-grpo")(train_grpo)
+
+
+def train_grpo(
+    inputs: Inputs = ["-"],
+    out: Out = "-",
+    model: Annotated[str, typer.Option("--model", "-m", help="Model or checkpoint directory to "
+                                                            "start from.")] = "",
+    ckpt_dir: Annotated[str, typer.Option(help="Where step-NNNNNN/ checkpoints go.")] = "ckpt",
+    round: Round = 0,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-6,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.1,
+    clip_low: Annotated[float, typer.Option(help="PPO clip below 1.")] = 0.2,
+    clip_high: Annotated[float, typer.Option(help="PPO clip above 1.")] = 0.28,
+    kl_beta: Annotated[float, typer.Option(help="KL weight to the starting model (0 = off).")] = 0.0,
+    tis_cap: Annotated[float, typer.Option(help="Truncated importance sampling cap.")] = 2.0,
+    batch_size: Annotated[int, typer.Option(min=1, help="Samples per optimizer step.")] = 64,
+    micro_batch: Annotated[int, typer.Option(min=1, help="Samples per forward/backward.")] = 8,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the samples.")] = 1,
+    max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping norm.")] = 1.0,
+    roles: Annotated[str, typer.Option(help="agent, designer, or agent,designer.")] = "agent,designer",
+    train_on_hinted: Annotated[bool, typer.Option(help="Also train on hinted plays.")] = False,
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank (0 = full fine-tuning).")] = 0,
+    gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
+    seed: Seed = 0,
+    device: Device = None,
+    overwrite: Overwrite = False,
+    compress: Compress = "jsonl",
+) -> None:
+    """Train on rollouts (agent) and regret+design records (designer); emit train records.
+
+    The checkpoint lands in CKPT_DIR/step-NNNNNN/ with its optimizer state; rerunning with the
+    same inputs finds it and does not train again.
+    """
+    import sys
+
+    from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.summary import summarize
+    from stages import train_grpo as stage
+    from stages.shards import Stats, emit, find_shards, read
+
+    with errors_to_exit("train-grpo"):
+        if not model:
+            raise UsageError("--model is required")
+        chosen = tuple(r.strip() for r in roles.split(",") if r.strip())
+        if not chosen or set(chosen) - {"agent", "designer"}:
+            raise UsageError("--roles takes agent, designer or both, comma-separated")
+        cfg = stage.Config(lr=lr, weight_decay=weight_decay, clip_low=clip_low,
+                           clip_high=clip_high, kl_beta=kl_beta, tis_cap=tis_cap,
+                           batch_size=batch_size, micro_batch=micro_batch, epochs=epochs,
+                           max_grad_norm=max_grad_norm, roles=chosen,
+                           train_on_hinted=train_on_hinted, lora_rank=lora_rank,
+                           gradient_checkpointing=gradient_checkpointing, seed=seed,
+                           device=device)
+        shards = find_shards(inputs)
+        records = list(read([s.path for s in shards], kinds={"rollout", "regret", "design"}))
+        stats = Stats(read=len(records))
+        trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round)
+        stats.extra["train"] = info
+        config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
+        emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
+        where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"
+        skipped = ", ".join(f"{k} {v}" for k, v in info["skipped"].items())
+        summarize("train-grpo", stats, f"{info['samples']} samples {info['roles']}, "
+                  f"{len(trained)} steps {where}{'; skipped ' + skipped if skipped else ''}")
+        if checkpoint is None:
+            print("train-grpo: nothing to train on", file=sys.stderr)

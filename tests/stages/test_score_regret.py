@@ -1,0 +1,82 @@
+"""score-regret: matched timing, window, penalties, diagnostics, lineage."""
+
+import pytest
+
+from stages import score_regret as stage
+from stages.records import Env, Regret, Rollout, Validation
+from stages.rewards import RewardConfig
+
+
+def env(name, skill="spatial"):
+    return Env(id=f"env_{name}", domain="game", skill=skill, class_name="XEnv", source=name,
+               source_hash=name, max_turns=5, parents=[f"des_{name}"])
+
+
+def plays(env_id, rewards, hint=False, round=0, outcome="ok"):
+    return [Rollout(env_id=env_id, hint=hint, round=round, reward=r, seed=i, outcome=outcome,
+                    ok=outcome == "ok") for i, r in enumerate(rewards)]
+
+
+def score(records, **cfg):
+    return stage.run(records, stage.Config(**cfg))
+
+
+def test_regret_uses_no_hint_plays_of_the_hinted_round():
+    records = [env("a")] + plays("env_a", [1, 1, 1, 0], hint=True, round=0) \
+        + plays("env_a", [1, 0, 0, 0], round=0) + plays("env_a", [1, 1, 1, 1], round=1)
+    (regret,), diag = score(records, round=1)
+    assert regret.hint_reward == 0.75 and regret.no_hint_reward == 0.25
+    assert regret.regret == pytest.approx(0.5) and regret.regret_n == 1.0
+    assert regret.win == pytest.approx(5 / 8)  # all no-hint plays of the window
+    assert regret.plateau == pytest.approx((0.85 - 0.625) / 0.25)
+    assert regret.designer_reward == pytest.approx(0.4 + 0.6 * (0.85 - 0.625) / 0.25)
+    assert regret.design_id == "des_a" and regret.parents == ["env_a", "des_a"]
+
+
+def test_window_excludes_old_rounds():
+    records = [env("a")] + plays("env_a", [0, 0], round=0) + plays("env_a", [1, 1], round=5)
+    (regret,), _ = score(records, round=5, window=4)
+    assert regret.win == 1.0 and regret.n_no_hint == 2
+
+
+def test_no_hinted_plays_means_zero_regret():
+    (regret,), _ = score([env("a")] + plays("env_a", [1, 0]))
+    assert regret.regret == 0.0 and regret.hint_reward is None
+
+
+def test_rejected_designs_and_broken_envs_get_the_penalty():
+    records = [env("a"), env("b")] + plays("env_a", [1, 0]) \
+        + plays("env_b", [0, 0, 0], outcome="timeout") \
+        + [Validation(check="oracle", skill="spatial", parents=["des_c"])]
+    regrets, diag = score(records, rewards=RewardConfig(invalid_penalty=-0.5))
+    by_env = {r.env_id or r.design_id: r for r in regrets}
+    assert by_env["env_b"].broken and by_env["env_b"].designer_reward == -0.5
+    assert by_env["des_c"].rejected_by == "oracle" and by_env["des_c"].designer_reward == -0.5
+    assert diag.invalid == 2 and diag.envs == 1
+
+
+def test_designer_advantage_is_centred_per_skill():
+    records = [env("a"), env("b"), env("c", skill="memory")] + plays("env_a", [1, 0]) \
+        + plays("env_b", [1, 1]) + plays("env_c", [0, 1])
+    regrets, _ = score(records)
+    by_env = {r.env_id: r for r in regrets}
+    scale = by_env["env_a"].meta["scale"]
+    assert scale == pytest.approx(6 / 3 * 4)
+    expected_a = (by_env["env_a"].designer_reward
+                  - (by_env["env_a"].designer_reward + by_env["env_b"].designer_reward) / 2) * scale
+    assert by_env["env_a"].designer_advantage == pytest.approx(expected_a)
+    assert by_env["env_c"].designer_advantage == 0.0
+
+
+def test_diagnostics():
+    records = [env("a"), env("b")] + plays("env_a", [1, 0, 1, 0]) + plays("env_b", [1, 1])
+    _, diag = score(records)
+    assert diag.learnable_share == 0.5 and diag.mean_win == 0.75
+    assert diag.zero_variance_share == 0.5
+
+
+def test_learning_potential_uses_skill_history():
+    history = [Regret(env_id="env_old", skill="spatial", round=0, win=0.2)]
+    records = [env("a")] + plays("env_a", [1, 1, 1, 0], round=1) + history
+    (regret,), _ = score(records, round=1, rewards=RewardConfig(variant="learning_potential"))
+    assert regret.designer_reward == pytest.approx(0.75 - 0.2)

@@ -1,0 +1,119 @@
+"""train-grpo: the loss math, masks, TIS, checkpoints, resume, and both roles' samples."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stages import train_grpo as stage  # noqa: E402
+from stages.backends import BackendSpec, Sampling, load_backend  # noqa: E402
+from stages.records import Design, Regret, Rollout, Turn  # noqa: E402
+
+CFG = stage.Config()
+
+
+def token_loss(logp, old, sampled, adv, **cfg):
+    return stage.token_loss(torch, torch.tensor(logp, requires_grad=True), torch.tensor(old),
+                            torch.tensor(sampled), torch.tensor(adv), stage.Config(**cfg))
+
+
+def test_asymmetric_clip_stops_the_gradient_outside_the_trust_region():
+    logp = torch.log(torch.tensor([1.5, 1.1, 0.7, 0.9])).requires_grad_()
+    loss, parts = stage.token_loss(torch, logp, torch.zeros(4), torch.zeros(4),
+                                   torch.tensor([1.0, 1.0, -1.0, -1.0]), CFG)
+    loss.sum().backward()
+    # ratio 1.5 > 1.28 with A>0 and ratio 0.7 < 0.8 with A<0 are clipped: no gradient
+    assert logp.grad.tolist() == pytest.approx([0.0, -1.1, 0.0, 0.9])
+    assert parts["clip_frac"] == 2.0
+
+
+def test_tis_weights_clamp_at_the_cap():
+    _, parts = token_loss([0.0, 0.0], [0.0, 0.0], [-5.0, -0.1], [1.0, 1.0], tis_cap=2.0)
+    assert parts["tis_weight"] == pytest.approx(2.0 + torch.exp(torch.tensor(0.1)).item())
+    assert parts["tis_clamped"] == 1.0
+
+
+def test_masked_tokens_get_zero_gradient(tiny_model):
+    from trl.trainer.utils import selective_log_softmax
+
+    policy = stage.Policy(tiny_model, CFG)
+    samples = [stage.Sample("agent", [5, 6, 7, 8], [9, 10], [-1.0, -1.0], 1.0),
+               stage.Sample("agent", [5, 6], [11, 12, 13], [-1.0] * 3, -1.0)]
+    ids, attention, mask, targets, temps = policy.batch(samples)
+    assert mask.sum().item() == 5
+    assert targets[0][mask[0]].tolist() == [9, 10] and targets[1][mask[1]].tolist() == [11, 12, 13]
+    logits = torch.randn(2, ids.shape[1] - 1, policy.model.config.vocab_size, requires_grad=True)
+    logp = selective_log_softmax(logits, targets)[mask]
+    loss, _ = stage.token_loss(torch, logp, logp.detach(), logp.detach(),
+                               torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0]), CFG)
+    loss.sum().backward()
+    grad_per_position = logits.grad.abs().sum(-1)
+    assert torch.all(grad_per_position[~mask] == 0)
+    assert torch.all(grad_per_position[mask] > 0)
+
+
+def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path):
+    backend = load_backend(BackendSpec(name="hf", model=tiny_model))
+    prompt = backend.render([{"role": "user", "content": "pick"}], None)
+    good, bad = [70, 71, 72], [80, 81, 82]
+
+    def logp(model_dir, completion):
+        policy = stage.Policy(model_dir, CFG)
+        ids, attention, mask, targets, temps = policy.batch(
+            [stage.Sample("agent", prompt, completion, [0.0] * 3, 0.0)])
+        with torch.no_grad():
+            values, _ = policy.logprobs(policy.model, ids, attention, targets, temps)
+        return values[mask].sum().item()
+
+    rollouts = [Rollout(env_id="env_x", seed=i, reward=r, meta={"temperature": 1.0},
+                        turns=[Turn(action="a", prompt_ids=prompt, completion_ids=c,
+                                    logprobs=[logp_sampled] * 3)])
+                for i, (r, c, logp_sampled) in enumerate([(1.0, good, -6.0), (0.0, bad, -6.0)])]
+    cfg = stage.Config(lr=1e-2, batch_size=2, micro_batch=2, weight_decay=0.0)
+    records, out, info = stage.run(rollouts, tiny_model, str(tmp_path / "ckpt"), cfg)
+    assert info["roles"] == {"agent": 2, "designer": 0}
+    assert logp(str(out), good) > logp(tiny_model, good)
+    assert logp(str(out), bad) < logp(tiny_model, bad)
+    stats = records[0].stats
+    assert stats["agent_adv_mean"] == 0.0 and stats["agent_adv_max"] == pytest.approx(1.0)
+    assert {"loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "tokens_per_s"} <= set(stats)
+
+
+def test_checkpoint_loads_resumes_and_counts_steps(tiny_model, tmp_path):
+    backend = load_backend(BackendSpec(name="hf", model=tiny_model))
+    plays = [Rollout(env_id="env_x", seed=i, reward=float(i % 2),
+                     turns=[Turn(action="a", prompt_ids=c.prompt_ids, completion_ids=c.completion_ids,
+                                 logprobs=c.logprobs)])
+             for i, c in enumerate(backend.chat([[{"role": "user", "content": "go"}]] * 4,
+                                                Sampling(max_tokens=6, seed=0)))]
+    cfg = stage.Config(lr=1e-3, batch_size=2, micro_batch=2)
+    records, out, _ = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
+    assert out.name == "step-000002" and [r.step for r in records] == [1, 2]
+    state = json.loads((out / stage.STATE_FILE).read_text())
+    assert state["step"] == 2 and (out / "optimizer.pt").exists()
+    reloaded = load_backend(BackendSpec(name="hf", model=str(out)))
+    assert reloaded.chat([[{"role": "user", "content": "go"}]], Sampling(max_tokens=2, seed=0))
+    again, same_out, info = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
+    assert info.get("resumed") and same_out == out
+    assert [r.stats for r in again] == [r.stats for r in records]
+    next_records, next_out, _ = stage.run(plays, str(out), str(tmp_path / "ckpt"), cfg)
+    assert next_out.name == "step-000004" and next_records[0].step == 3
+
+
+def test_designer_samples_come_from_regret_and_design_records():
+    design = Design(completion="```python\n...```", prompt_ids=[1, 2], completion_ids=[3, 4],
+                    logprobs=[-0.5, -0.5], meta={"temperature": 0.6})
+    regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=2.5)
+    orphan = Regret(env_id="env_b", design_id="des_missing", designer_advantage=1.0)
+    hinted = Rollout(env_id="env_a", hint=True, turns=[Turn(action="a", prompt_ids=[1],
+                                                            completion_ids=[2], logprobs=[0.0])])
+    samples, skipped = stage.build_samples([design, regret, orphan, hinted], CFG)
+    assert [(s.role, s.advantage, s.temperature) for s in samples] == [("designer", 2.5, 0.6)]
+    assert skipped == {"designer_without_design_record": 1}
+
+
+def test_samples_without_token_ids_are_skipped_and_counted():
+    play = Rollout(env_id="env_a", turns=[Turn(action="a", completion="x")])
+    samples, skipped = stage.build_samples([play], CFG)
+    assert samples == [] and skipped == {"agent_no_token_ids": 1}
