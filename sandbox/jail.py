@@ -257,12 +257,20 @@ class Worker:
         self._scratch = tempfile.TemporaryDirectory(prefix="spade-jail-")
         self._log_path = os.path.join(self._scratch.name, "nsjail.log")
         self._stderr = open(os.path.join(self._scratch.name, "stderr"), "wb")
-        argv, preexec, env = self._command()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, start_new_session=True,
-                                     preexec_fn=preexec, env=env, close_fds=True)
+        try:
+            argv, preexec, env = self._command()
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._stderr, start_new_session=True,
+                                         preexec_fn=preexec, env=env, close_fds=True)
+        except (OSError, SandboxUnavailable) as exc:
+            self._stderr.close()
+            self._scratch.cleanup()
+            if isinstance(exc, SandboxUnavailable):
+                raise
+            raise SandboxUnavailable(f"cannot launch the jail: {exc}") from None
         _live.add(self)
         os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self.proc.stdin.fileno(), False)
         reply = self.call("ping")
         if reply.outcome == "sandbox_failure" or (not reply.ok and reply.error
                                                   and reply.error.get("type") == "exited"):
@@ -296,12 +304,11 @@ class Worker:
         if self.dead is not None:
             return self.dead
         assert self.proc is not None, "start() the worker first"
-        try:
-            self.proc.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return self._died()
-        line = self._read_line(time.monotonic() + self.limits.call_timeout)
+        deadline = time.monotonic() + self.limits.call_timeout
+        failed = self._send(json.dumps({"op": op, **fields}).encode() + b"\n", deadline)
+        if failed is not None:
+            return failed
+        line = self._read_line(deadline)
         if isinstance(line, Reply):
             return line
         try:
@@ -320,6 +327,29 @@ class Worker:
                 "type": "output_limit", "msg": f"the env wrote more than {self.limits.fsize_mb} MB"}))
         return Reply("program_error", error={k: str(v) for k, v in error.items()})
 
+    def _timed_out(self) -> Reply:
+        return self._finish(Reply("timeout", error={
+            "type": "timeout", "msg": f"no reply within {self.limits.call_timeout:g}s"}))
+
+    def _send(self, data: bytes, deadline: float) -> Reply | None:
+        """Write a request without ever blocking past the deadline (a stuck worker stops
+        draining its stdin, and a request larger than the pipe buffer would block forever)."""
+        fd = self.proc.stdin.fileno()
+        view = memoryview(data)
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_WRITE)
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not selector.select(remaining):
+                    return self._timed_out()
+                try:
+                    view = view[os.write(fd, view):]
+                except BlockingIOError:
+                    continue
+                except OSError:  # the worker is gone (broken pipe)
+                    return self._died()
+        return None
+
     def _read_line(self, deadline: float) -> bytes | Reply:
         stdout = self.proc.stdout
         with selectors.DefaultSelector() as selector:
@@ -331,9 +361,7 @@ class Worker:
                         "msg": f"a reply longer than {self.limits.reply_bytes} bytes"}))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not selector.select(remaining):
-                    return self._finish(Reply("timeout", error={
-                        "type": "timeout",
-                        "msg": f"no reply within {self.limits.call_timeout:g}s"}))
+                    return self._timed_out()
                 chunk = stdout.read(1 << 16)
                 if not chunk:
                     return self._died()
@@ -342,13 +370,32 @@ class Worker:
         return line
 
     def _died(self) -> Reply:
-        """The worker went away on its own: find out why from its exit status and nsjail's log."""
-        try:
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
+        """The worker went away on its own: find out why from its exit status, its CPU time
+        and nsjail's log."""
+        code, cpu_seconds = self._reap()
+        if cpu_seconds >= self.limits.cpu_seconds - 0.5:
+            # nsjail sets soft = hard CPU rlimit, so the kernel SIGKILLs: looks like an OOM kill
+            return self._finish(Reply("timeout", error={
+                "type": "timeout", "msg": f"CPU time limit ({self.limits.cpu_seconds}s)"}))
         return self._finish(classify_exit(code, self._log_tail(), self.sandbox.mode,
                                           cgroup_controllers().get("memory", False)))
+
+    def _reap(self, timeout: float = 2.0) -> tuple[int | None, float]:
+        """Wait for the process; returns (exit code, CPU seconds of it and its reaped children)."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode, 0.0
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.proc.poll(), 0.0
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                return self.proc.returncode, usage.ru_utime + usage.ru_stime
+            if time.monotonic() > deadline:
+                return None, 0.0
+            time.sleep(0.005)
 
     def _finish(self, reply: Reply) -> Reply:
         self.dead = reply
@@ -356,16 +403,25 @@ class Worker:
         return reply
 
     def _kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
+        """Stop the worker. nsjail gets SIGTERM first: it then kills and reaps the jailed
+        process and removes its cgroups (SIGKILL would leak both); SIGKILL if it lingers."""
+        if not self.proc:
+            return
+        if self.proc.poll() is None and self.sandbox.mode == "nsjail":
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout=1)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self.proc:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                log.error("worker %s did not exit after SIGKILL", self.proc.pid)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.error("worker %s did not exit after SIGKILL", self.proc.pid)
 
     def _log_tail(self) -> str:
         try:
@@ -401,7 +457,8 @@ def classify_exit(code: int | None, nsjail_log: str, mode: str, memory_cgroup: b
             return Reply("timeout", error={"type": "timeout", "msg": nsjail_log})
         if "Couldn't launch" in nsjail_log or "Launching child process failed" in nsjail_log \
                 or code == 255 and "exited with status" not in nsjail_log:
-            return Reply("sandbox_failure", error={"type": "sandbox_failure", "msg": nsjail_log})
+            return Reply("sandbox_failure", error={
+                "type": "sandbox_failure", "msg": nsjail_log or f"nsjail exited with status {code}"})
         if memory_cgroup and "signal: SIGKILL" in nsjail_log:
             return Reply("oom", error={"type": "oom", "msg": nsjail_log})
         return Reply("program_error", error={"type": "exited", "msg": nsjail_log

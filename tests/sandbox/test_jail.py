@@ -6,8 +6,8 @@ paths that must not appear, processes that must stay alive or must be gone, this
 memory. Tests that need nsjail skip (with nsjail's reason) where it cannot run; the `--sandbox
 none` tests and the `classify_exit` tests run everywhere.
 
-Tests marked xfail(strict=True) pin bugs found in sandbox/jail.py (see each reason); once the
-bug is fixed they XPASS and fail, so the marker must be removed together with the fix.
+The regression tests at the end pin bugs once found in sandbox/jail.py (leaked cgroups, a
+blocking request write, CPU-limit kills read as OOM, launch errors with no message).
 """
 
 from __future__ import annotations
@@ -577,7 +577,7 @@ def test_leak_detector_sees_an_unclosed_jail(nsjail_ok, jailkit):
     assert jailkit.wait_for_no_leftovers() == []
 
 
-# -- known bugs in sandbox/jail.py (strict xfail: they fail today, XPASS once fixed) ----------
+# -- regressions: bugs once found in sandbox/jail.py ------------------------------------------
 
 def _cgroup_dirs(init_pid: int) -> list[Path]:
     usable = cgroup_controllers()
@@ -585,9 +585,6 @@ def _cgroup_dirs(init_pid: int) -> list[Path]:
             if usable.get(c)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG jail.py Worker._kill: SIGKILLs nsjail (on close() "
-                   "too), so nsjail never removes /sys/fs/cgroup/*/NSJAIL/NSJAIL.<pid> and never "
-                   "reaps its child; fix: SIGTERM nsjail first, wait ~1 s, then SIGKILL the group")
 @pytest.mark.parametrize("how", ["close", "timeout"])
 def test_close_reaps_jail_and_cgroups(make_worker, jailkit, how):
     worker = make_worker(call_timeout=1)
@@ -604,10 +601,6 @@ def test_close_reaps_jail_and_cgroups(make_worker, jailkit, how):
     assert [d for d in dirs if d.exists()] == [], "nsjail's cgroups were left behind"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG jail.py Worker.call: the request is written with a "
-                   "blocking write and no deadline; a worker that stops reading stdin (here: an "
-                   "env thread holding the GIL) blocks the host forever once a request exceeds "
-                   "the pipe buffer (64 KiB); fix: non-blocking stdin, write under the deadline")
 def test_big_request_to_a_stuck_worker_respects_call_timeout(make_worker, jailkit):
     source = jailkit.env_source(prelude="import sys, threading, time\n", reset=(
         "sys.setswitchinterval(1000); threading.Thread(target=lambda: (time.sleep(0.3), "
@@ -630,11 +623,6 @@ def test_big_request_to_a_stuck_worker_respects_call_timeout(make_worker, jailki
     assert result["reply"].outcome == "timeout"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG jail.py classify_exit: the CPU rlimit (nsjail sets "
-                   "soft == hard, so the kernel sends SIGKILL, and pid 1 ignores SIGXCPU anyway) "
-                   "is reported as 'oom' when the memory cgroup is on; fix: in Worker._died, reap "
-                   "nsjail with os.wait4 and call it 'timeout' when ru_utime+ru_stime >= "
-                   "cpu_seconds - 0.5")
 def test_cpu_rlimit_is_timeout(make_worker, jailkit):
     worker = loaded(make_worker(call_timeout=6, cpu_seconds=1),
                     jailkit.env_source(step="while True: pass"))
@@ -642,19 +630,11 @@ def test_cpu_rlimit_is_timeout(make_worker, jailkit):
     assert reply.outcome == "timeout", reply
 
 
-@pytest.mark.xfail(strict=True, raises=FileNotFoundError, reason="BUG jail.py Worker.start: an "
-                   "explicit Sandbox(nsjail=...) path that does not exist raises FileNotFoundError "
-                   "from Popen instead of SandboxUnavailable (and leaves the scratch dir and "
-                   "stderr file open); fix: catch OSError around Popen, clean up, raise "
-                   "SandboxUnavailable")
 def test_missing_nsjail_binary_is_sandbox_unavailable(tmp_path):
     with pytest.raises(SandboxUnavailable):
         Worker(Sandbox(nsjail=str(tmp_path / "no-nsjail"))).start()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG jail.py classify_exit: nsjail exiting 255 with an "
-                   "empty log gives sandbox_failure with msg '' (start() then raises 'jail failed "
-                   "to start: ' with no detail); fix: fall back to 'nsjail exited with status N'")
 def test_sandbox_failure_without_a_log_still_says_something():
     reply = classify_exit(255, "", "nsjail", False)
     assert reply.outcome == "sandbox_failure" and reply.error["msg"]
