@@ -202,14 +202,19 @@ class Train(Record):
 
 
 class Eval(Record):
-    """A score on one evaluation item or suite."""
+    """A score on one evaluation item (`task` set) or a roll-up (`task` empty)."""
 
     kind: Literal["eval"] = "eval"
     prefix: ClassVar[str] = "ev"
     suite: str
     task: str = ""
+    category: str = ""
+    round: int | None = None
     score: float = 0.0
     samples: int = 1
+    ci_low: float | None = None
+    ci_high: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
 MODELS: dict[str, type[Record]] = {
