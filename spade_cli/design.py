@@ -72,8 +72,7 @@ def design(
                                     corpus_words)
         memories = list(read([memory], kinds={"memory"})) if memory else []
         if retry:
-            rejects = [r for r in read(retry, kinds={"env", "validation"})
-                       if r.kind == "validation" and r.round == round]
+            rejects = [r for r in read(retry, kinds={"validation"}) if r.round == round]
             slots = stage.retry_slots(rejects, cfg)
         else:
             slots = stage.fresh_slots(cfg)

@@ -39,7 +39,7 @@ def hint(
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
             temperature=temperature, max_tokens=max_tokens, seed=seed))
-        shards = find_shards(inputs)
+        shards = find_shards(inputs, {"env"})
         stats = Stats()
         loaded = []
 

@@ -61,7 +61,7 @@ def rollout(
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
                            sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                              max_tokens=max_tokens))
-        shards = find_shards(inputs)
+        shards = find_shards(inputs, {"env"})
         stats = Stats()
         loaded = []
 

@@ -29,8 +29,10 @@ def score_regret(
     invalid_penalty: Annotated[float, typer.Option(help="Designer reward of rejected or "
                                                         "broken envs.")] = 0.0,
     scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
-    memory: Annotated[str | None, typer.Option(help="Memory shard to update in place "
-                                                    "(needs the env records among the inputs).")] = None,
+    memory: Annotated[str | None, typer.Option(help="Memory shard to update (needs the env "
+                                                    "records among the inputs).")] = None,
+    memory_out: Annotated[str | None, typer.Option(help="Write the updated memory here instead "
+                                                        "of in place (keeps rounds replayable).")] = None,
     memory_cap: Annotated[int, typer.Option(help="Most entries the memory keeps.")] = 200,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
@@ -55,9 +57,9 @@ def score_regret(
                                ramp_high=ramp[1], invalid_penalty=invalid_penalty,
                                scale_cap=scale_cap)
         cfg = stage.Config(round=round, window=window, rewards=rewards)
-        shards = find_shards(inputs)
-        records = list(read([s.path for s in shards],
-                            kinds={"rollout", "env", "validation", "regret"}))
+        kinds = {"rollout", "env", "validation", "regret"}
+        shards = find_shards(inputs, kinds)
+        records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
         regrets, diagnostics = stage.run(records, cfg)
         stats.extra["diagnostics"] = diagnostics.as_dict()
@@ -69,7 +71,7 @@ def score_regret(
             envs = {r.id: r for r in records if isinstance(r, Env)}
             existing = list(read([memory], kinds={"memory"})) if os.path.exists(memory) else []
             updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
-            write_atomic(memory, encode(updated))
+            write_atomic(memory_out or memory, encode(updated))
         d = diagnostics
         summarize("score-regret", stats,
                   f"{len(regrets)} envs scored, mean win {d.mean_win:.2f}, learnable "

@@ -64,8 +64,9 @@ def train_grpo(
                            train_on_hinted=train_on_hinted, lora_rank=lora_rank,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
-        shards = find_shards(inputs)
-        records = list(read([s.path for s in shards], kinds={"rollout", "regret", "design"}))
+        kinds = {"rollout", "regret", "design"}
+        shards = find_shards(inputs, kinds)
+        records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
         trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round)
         stats.extra["train"] = info

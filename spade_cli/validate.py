@@ -71,7 +71,7 @@ def input_shards(inputs: list[str], from_files):
             py_files.extend(sorted(path.glob("*.py")))
         else:
             shard_paths.append(item)
-    shards = find_shards(shard_paths) if shard_paths else []
+    shards = find_shards(shard_paths, {"design"}) if shard_paths else []
     if py_files:
         shards.append(Shard(path=str(py_files[0].parent), index=len(shards),
                             records=tuple(from_files(py_files))))

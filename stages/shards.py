@@ -26,7 +26,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 
 import orjson
 
-from stages.records import Record, RecordError, content_hash, dumps, parse
+from stages.records import MODELS, Record, RecordError, content_hash, dumps, parse
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 MANIFEST = "_manifest.json"
@@ -56,21 +56,32 @@ class Shard:
         return sha.hexdigest()
 
 
-def find_shards(inputs: Iterable[str], suffixes: tuple[str, ...] = SUFFIXES) -> list[Shard]:
-    """Expand paths and directories into an ordered list of input shards."""
+def find_shards(inputs: Iterable[str], kinds: set[str] | None = None) -> list[Shard]:
+    """Expand paths and directories into an ordered list of input shards.
+
+    In a directory, files named `<kind>-*.jsonl` for a kind outside `kinds` are left out, so a
+    stage can read another stage's output dir (validate writes env and validation files side
+    by side). Files named explicitly are always read.
+    """
     paths: list[str] = []
     for item in inputs:
         if item == "-":
             paths.append(item)
         elif os.path.isdir(item):
             found = sorted(str(p) for p in Path(item).iterdir()
-                           if p.name.endswith(suffixes) and not p.name.startswith((".", "_")))
+                           if p.name.endswith(SUFFIXES) and not p.name.startswith((".", "_"))
+                           and _wanted(p.name, kinds))
             paths.extend(found)
         elif os.path.exists(item):
             paths.append(item)
         else:
             raise InputMissing(f"{item}: no such file or directory")
     return [Shard(path, index) for index, path in enumerate(paths)]
+
+
+def _wanted(name: str, kinds: set[str] | None) -> bool:
+    kind = name.split("-", 1)[0]
+    return kinds is None or kind not in MODELS or kind in kinds
 
 
 @contextmanager
@@ -112,7 +123,7 @@ def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Re
 
 def read(inputs: Iterable[str], kinds: set[str] | None = None) -> Iterator[Record]:
     """All records of all inputs, in order."""
-    for shard in find_shards(inputs):
+    for shard in find_shards(inputs, kinds):
         yield from read_shard(shard, kinds)
 
 
