@@ -52,10 +52,10 @@ def setup_logging(level: int) -> None:
 
 
 def _register() -> None:
-    from spade_cli import (design, hint, memory, model, rollout, score_regret, seeds, train_grpo,
-                           validate)
+    from spade_cli import (design, hint, memory, model, rollout, run, score_regret, seeds,
+                           train_grpo, validate)
 
-    for module in (model, seeds, design, validate, hint, rollout, score_regret, train_grpo,
+    for module in (run, model, seeds, design, validate, hint, rollout, score_regret, train_grpo,
                    memory):
         module.register(app)
 

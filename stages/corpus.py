@@ -22,6 +22,7 @@ import importlib
 import inspect
 import pydoc
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -48,6 +49,7 @@ TOOL_MODULES = ("json", "csv", "sqlite3", "pathlib", "datetime", "email.message"
                 "concurrent.futures", "subprocess", "threading", "multiprocessing", "time",
                 "zoneinfo", "calendar", "string", "textwrap", "difflib", "base64", "struct",
                 "codecs", "unicodedata", "decimal", "fractions", "statistics", "random")
+ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 BUILTINS = {"builtin:games": GAME_MODULES, "builtin:tool_use": TOOL_MODULES}
 
 
@@ -83,7 +85,8 @@ def builtin_documents(modules: Iterable[str]) -> Iterator[Document]:
             if home.split(".")[0].lstrip("_") != module_name.split(".")[0]:
                 continue
             text = pydoc.plaintext.document(member, name)
-            text = pydoc.plain(text).strip()
+            # reprs like `<function f at 0x7f..>` differ per process: keep documents stable
+            text = ADDRESS_RE.sub("", pydoc.plain(text)).strip()
             if len(text.split()) < 25 or text in seen:
                 continue
             seen.add(text)

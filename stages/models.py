@@ -40,8 +40,20 @@ TOKENIZER_TEXT = [
 ]
 
 
+def tokenizer_corpus() -> list[str]:
+    """Text the tiny tokenizer is trained on: what it will read most (prompts, env programs).
+
+    Everything comes from this package, so the tokenizer is the same on every machine."""
+    from stages import prompts, seed_library
+
+    texts = list(TOKENIZER_TEXT)
+    texts += [path.read_text() for path in sorted(Path(prompts.__file__).parent.glob("*.md"))]
+    texts += [path.read_text() for path in seed_library.files()]
+    return texts
+
+
 def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
-         vocab: int = 512) -> Path:
+         vocab: int = 2048) -> Path:
     """Write a random Qwen2-style causal LM (~0.2M params) with an in-memory BPE tokenizer."""
     try:
         import torch
@@ -56,7 +68,7 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL_TOKENS,
                                   show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(TOKENIZER_TEXT * 4, trainer)
+    bpe.train_from_iterator(tokenizer_corpus(), trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
                                         pad_token="<|pad|>", bos_token=None,
                                         padding_side="left")
@@ -71,11 +83,22 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     transformers_quiet()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    return save_atomic(out, model, tokenizer)
+
+
+def save_atomic(out: str | Path, model, tokenizer) -> Path:
+    """Save into a temp dir beside `out`, then rename: a killed build leaves no half model."""
+    import shutil
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
     return out
 
 
@@ -119,8 +142,4 @@ def smollm2(out: str | Path, dtype: str = "bfloat16") -> Path:
     plain = type(quantized)(config)
     plain.load_state_dict(quantized.state_dict())
     plain.to(getattr(torch, dtype))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    plain.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_atomic(out, plain, tokenizer)

@@ -326,7 +326,7 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         return [], None, info
     step0 = previous_step(model_dir)
     digest = content_hash([sorted(r.id for r in records), asdict(cfg), step0,
-                           os.path.abspath(model_dir)])
+                           os.path.normpath(model_dir)])
     steps = cfg.epochs * math.ceil(len(samples) / cfg.batch_size)
     out = Path(ckpt_root) / f"step-{step0 + steps:06d}"
     state_path = out / STATE_FILE
@@ -338,6 +338,6 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     trained = list(update(policy, samples, cfg, step0))
     Path(ckpt_root).mkdir(parents=True, exist_ok=True)
     policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
-                      "parent": os.path.abspath(model_dir), "info": info,
+                      "parent": os.path.normpath(model_dir), "info": info,
                       "train": [t.to_dict() for t in trained]})
     return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info

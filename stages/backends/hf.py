@@ -57,10 +57,11 @@ class HFBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = transformers.AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype)
         self.model.to(self.device).eval()
-        local = os.path.abspath(spec.model) if os.path.isdir(spec.model) else spec.model
-        self.policy = spec.options.get("policy") or local
+        # the path as given: records stay identical wherever a run directory is placed
+        self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
         template = self.tokenizer.chat_template or ""
         self.native_tools = "tools" in template
+        self.max_batch = int(spec.options.get("max_batch", 16))
         self.eos_ids = self._eos_ids()
 
     def _eos_ids(self) -> set[int]:
@@ -77,9 +78,20 @@ class HFBackend:
             return_dict=False))
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
+        """Generate in length-sorted micro-batches: padding a short prompt to the longest one
+        of a big batch costs more than the extra generate calls."""
         tools = tools or [None] * len(conversations)
         prompts = [self.render(m, t) for m, t in zip(conversations, tools)]
-        return self.generate_ids(prompts, sampling)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        for number, first in enumerate(range(0, len(order), self.max_batch)):
+            chosen = order[first:first + self.max_batch]
+            seed = None if sampling.seed is None else sampling.seed + number
+            chunk = self.generate_ids([prompts[i] for i in chosen],
+                                      Sampling(**{**sampling.__dict__, "seed": seed}))
+            for index, completion in zip(chosen, chunk):
+                results[index] = completion
+        return results
 
     def generate_ids(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         torch = self.torch

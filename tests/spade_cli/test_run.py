@@ -1,0 +1,109 @@
+"""`spade run`: recipes parse strictly, dry-run prints the pipeline, and a killed run resumes
+to exactly the records an uninterrupted run writes."""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from spade_cli import recipe as recipes
+from spade_cli.app import app
+from stages import seed_library
+
+RECIPE = Path(__file__).parent.parent / "fixtures" / "run" / "tiny.toml"
+runner = CliRunner()
+
+
+def make_workspace(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RECIPE, path / "tiny.toml")
+    lines = seed_library.ENV_SHARD.read_text().splitlines()
+    games = [line for line in lines if '"domain":"game"' in line][:2]
+    (path / "pool.jsonl").write_text("\n".join(games) + "\n")
+    return path
+
+
+def records(workspace: Path) -> dict[str, dict]:
+    """Every record of the run, by id, with run-specific paths and timings removed."""
+    found = {}
+    for shard in sorted((workspace / "runs" / "tiny").glob("r*/*/*.jsonl")):
+        for line in shard.read_bytes().splitlines():
+            data = orjson.loads(line)
+            data.pop("meta", None)
+            text = orjson.dumps(data).decode().replace(str(workspace), "<ws>")
+            found[data["id"]] = orjson.loads(text)
+    return found
+
+
+def spade_run(workspace: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "spade_cli", "run", "tiny.toml"],
+                            cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def test_dry_run_prints_every_stage_of_both_rounds(tmp_path, monkeypatch):
+    monkeypatch.chdir(make_workspace(tmp_path))
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run"])
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("spade ")]
+    commands = [line.split()[1] for line in lines]
+    assert commands == ["model", "memory", "design", "validate", "design", "validate", "hint",
+                        "rollout", "rollout", "score-regret", "train-grpo",
+                        "rollout", "score-regret", "train-grpo"]
+    assert "--retry runs/tiny/r00/validate-a0" in lines[4]
+    last_train = lines[-1]
+    assert "runs/tiny/r01/score-regret" in last_train and "runs/tiny/r00/design-a0" in last_train
+    assert 'MODEL="$(ls -d runs/tiny/ckpt/step-*' in result.stdout
+
+
+@pytest.mark.parametrize("table,message", [
+    ('[[stage]]\ncommand = "rollout"\nplys = 3\n', "'plys' is not an option of `spade rollout`"),
+    ('[[stage]]\ncommand = "fly"\n', "command must be one of"),
+    ('[[stage]]\ncommand = "rollout"\nround = 3\n', "'round' is set by the runner"),
+])
+def test_bad_recipes_exit_65_naming_the_problem(tmp_path, table, message):
+    path = tmp_path / "r.toml"
+    path.write_text('schema = "spade.recipe/v1"\nname = "x"\nrun_dir = "r"\nrounds = 1\n' + table)
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 65 and message in result.stderr
+
+
+def test_missing_recipe_exits_66(tmp_path):
+    result = runner.invoke(app, ["run", str(tmp_path / "none.toml")])
+    assert result.exit_code == 66
+
+
+def test_recipe_option_names_match_the_commands():
+    assert {"plays", "hint", "max-turns", "concurrency"} <= recipes.option_names("rollout")
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_killed_run_resumes_to_the_same_records(tmp_path, jail_available):
+    whole = make_workspace(tmp_path / "whole")
+    finished = spade_run(whole)
+    assert finished.wait(timeout=900) == 0, finished.stderr.read().decode()[-2000:]
+    expected = records(whole)
+    assert {r["kind"] for r in expected.values()} >= {"design", "validation", "env", "rollout",
+                                                      "regret", "train"}
+
+    killed = make_workspace(tmp_path / "killed")
+    rng = random.Random(7)
+    for _ in range(3):
+        proc = spade_run(killed)
+        time.sleep(rng.uniform(2.0, 12.0))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    final = spade_run(killed)
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-2000:]
+    assert records(killed) == expected
+    assert not list((killed / "runs" / "tiny").rglob("*.tmp"))
