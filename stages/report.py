@@ -178,6 +178,7 @@ class RunData:
     failed_evals: int = 0
     train: dict[str, Train] = field(default_factory=dict)
     memory: dict[str, Memory] = field(default_factory=dict)
+    memory_file: str | None = None
     _seen: set[tuple[int, str, str]] = field(default_factory=set)
 
     def all_rounds(self) -> list[int]:
@@ -186,7 +187,8 @@ class RunData:
 
     @property
     def name(self) -> str:
-        return self.path.resolve().name
+        name = (self.recipe or {}).get("name")
+        return str(name) if name else self.path.resolve().name
 
 
 def round_of(record: Record, dir_round: int) -> int:
@@ -237,14 +239,35 @@ def load_run(run_dir: str | Path) -> RunData:
             run.shards += 1
             for record in read([str(shard)]):
                 _fold(run, record, number)
-    for memory_file in sorted(path.glob("memory.jsonl*")):
-        if memory_file.name.endswith(SUFFIXES):
-            run.shards += 1
-            for record in read([str(memory_file)]):
-                run.records += 1
-                if isinstance(record, Memory):
-                    run.memory[record.env_id or record.id] = record
+    memory_file = final_memory(path)
+    if memory_file is not None:
+        run.memory_file = str(memory_file.relative_to(path))
+        run.shards += 1
+        for record in read([str(memory_file)]):
+            run.records += 1
+            if isinstance(record, Memory):
+                run.memory[record.env_id or record.id] = record
     return run
+
+
+def final_memory(path: Path) -> Path | None:
+    """The memory at the end of the run: `memory.jsonl`, else the newest `memory/r<NN>.jsonl`
+    snapshot, else `memory/seed.jsonl`."""
+    for name in ("memory" + suffix for suffix in SUFFIXES):
+        if (path / name).is_file():
+            return path / name
+    snapshots = path / "memory"
+    if not snapshots.is_dir():
+        return None
+    numbered = []
+    for file in snapshots.iterdir():
+        for suffix in SUFFIXES:
+            if file.name.endswith(suffix) and ROUND_DIR.match(file.name[:-len(suffix)]):
+                numbered.append((int(file.name[1:-len(suffix)]), file))
+    if numbered:
+        return max(numbered)[1]
+    seeds = [snapshots / f"seed{suffix}" for suffix in SUFFIXES]
+    return next((file for file in seeds if file.is_file()), None)
 
 
 def _fold(run: RunData, record: Record, dir_round: int) -> None:
@@ -429,7 +452,8 @@ def role_steps(run: RunData) -> dict[str, tuple[int, int, int]]:
 class Charts:
     """Draws figures with matplotlib's Agg canvas; writes PNG files or keeps data URIs."""
 
-    def __init__(self, out_dir: Path, embed: bool):
+    def __init__(self, out_dir: Path, embed: bool, rounds: Sequence[int] = ()):
+        self.rounds = list(rounds)  # every round of the run: the x range of round charts
         try:
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from matplotlib.figure import Figure
@@ -462,14 +486,20 @@ class Charts:
         return f'<img class="chart" src="{html.escape(src)}" alt="{html.escape(alt)}">'
 
 
-def _round_axis(ax, rounds: Sequence[int]) -> None:
+def _round_axis(ax, rounds: Sequence[int], span: Sequence[int] = ()) -> None:
+    """Round ticks, and the same x range (every round of the run) on every chart."""
     from matplotlib.ticker import MaxNLocator
 
     ax.set_xlabel("round")
-    if len(rounds) <= 15:
-        ax.set_xticks(list(rounds))
+    every = sorted(set(rounds) | set(span))
+    if not every:
+        return
+    if len(every) <= 15:
+        ax.set_xticks(every)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    pad = max(0.7, (3 - (every[-1] - every[0])) / 2)
+    ax.set_xlim(every[0] - pad, every[-1] + pad)
 
 
 def _integer_y(ax) -> None:
@@ -534,7 +564,7 @@ def chart_line(charts: Charts, name: str, alt: str, series: dict[str, list[tuple
     if ylim:
         ax.set_ylim(*ylim)
     ax.set_ylabel(ylabel)
-    _round_axis(ax, sorted(rounds))
+    _round_axis(ax, sorted(rounds), charts.rounds)
     ax.grid(alpha=0.3)
     if len(series) > 1:
         ax.legend(fontsize=8)
@@ -562,7 +592,7 @@ def chart_spreads(charts: Charts, stats: dict[int, dict[str, Any]]) -> str:
         ax.plot(xs, [s.median for _, s in points], color=color, ls=":", label="median")
         ax.axhline(0, color="#888", lw=0.6)
         ax.set_title(title, fontsize=10)
-        _round_axis(ax, xs)
+        _round_axis(ax, xs, charts.rounds)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return charts.save(fig, "regret.png", "regret and designer reward per round")
@@ -583,7 +613,7 @@ def chart_stacked(charts: Charts, name: str, alt: str, counts: dict[int, Counter
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.set_ylabel(ylabel)
     _integer_y(ax)
-    _round_axis(ax, rounds)
+    _round_axis(ax, rounds, charts.rounds)
     if labels:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0 if rate is None else 1.08, 1))
     if rate:
@@ -611,7 +641,7 @@ def chart_diversity(charts: Charts, values: dict[int, Diversity]) -> str:
     axes[1].set_title("Vendi / n", fontsize=10)
     axes[1].legend(fontsize=7)
     for ax in axes:
-        _round_axis(ax, xs)
+        _round_axis(ax, xs, charts.rounds)
         ax.grid(alpha=0.3)
     return charts.save(fig, "diversity.png", "Vendi score per round")
 
@@ -629,7 +659,7 @@ def chart_eval(charts: Charts, series: dict[str, list[tuple[int, Eval]]]) -> str
         ax.errorbar(xs, ys, yerr=[[max(v, 0.0) for v in low], [max(v, 0.0) for v in high]],
                     marker="o", ms=4, capsize=3, label=label, color=color)
     ax.set_ylabel("score")
-    _round_axis(ax, sorted(rounds))
+    _round_axis(ax, sorted(rounds), charts.rounds)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1))
     return charts.save(fig, "eval.png", "evaluation scores per round")
@@ -659,6 +689,7 @@ def chart_train(charts: Charts, series: dict[str, dict[str, list[tuple[int, floa
             ax.plot(xs, ys, marker="." if len(xs) < 50 else None,
                     ls="--" if " std" in label else "-", label=label)
         ax.set_title(title, fontsize=10)
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if len(lines) > 1:
@@ -741,7 +772,7 @@ def build(run_dir: str | Path, out_dir: str | Path | None = None,
     run = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else run.path / "report"
     out.mkdir(parents=True, exist_ok=True)
-    charts = Charts(out, embed_images)
+    charts = Charts(out, embed_images, run.all_rounds())
     warnings: list[str] = []
     numbers: dict[str, Any] = {}
     sections = [
@@ -939,8 +970,8 @@ def _section_memory(run: RunData) -> Section:
              _num(fmean(e.regret for e in entries), 3),
              str(min(e.round for e in entries)), str(max(e.round for e in entries))]
             for skill, entries in sorted(by_skill.items())]
-    body = (f"<p>{len(run.memory)} entries in memory at the end of the run (round −1: seed "
-            f"library).</p>"
+    body = (f"<p>{len(run.memory)} entries in <code>{_esc(run.memory_file)}</code>, the memory "
+            f"at the end of the run (round −1: seed library).</p>"
             + _table(["skill", "entries", "mean win", "mean regret", "oldest round",
                       "newest round"], rows))
     return Section("memory", "Memory", body)

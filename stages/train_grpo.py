@@ -285,13 +285,15 @@ def _optimizer_step(policy: Policy, batch: list[Sample], start: list, cfg: Confi
     policy.optimizer.step()
     seconds = time.monotonic() - began
     stats = {key: value / total_tokens for key, value in sums.items()}
-    stats.update(grad_norm=float(grad_norm), tokens=float(total_tokens), seconds=seconds,
-                 tokens_per_s=total_tokens / seconds if seconds > 0 else 0.0, lr=cfg.lr)
+    stats.update(grad_norm=float(grad_norm), tokens=float(total_tokens), lr=cfg.lr)
     for role in ("agent", "designer"):
         stats.update(_stats([s.advantage for s in batch if s.role == role], f"{role}_adv"))
     stats = {k: v for k, v in stats.items() if math.isfinite(v)}
+    # timings vary between identical reruns: they live in `meta`, outside the record's id
+    timing = {"seconds": round(seconds, 4),
+              "tokens_per_s": round(total_tokens / seconds, 2) if seconds > 0 else 0.0}
     return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
-                 parents=sorted({s.source for s in batch})[:1000])
+                 parents=sorted({s.source for s in batch})[:1000], meta=timing)
 
 
 def token_loss(torch, logp, old, sampled, advantages, cfg: Config):

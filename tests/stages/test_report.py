@@ -299,3 +299,13 @@ def test_report_renders_in_headless_chromium(built, tmp_path):
         assert colors is None or len(colors) > 200, "the screenshot is (nearly) blank"
         # the dark header band is there at the top, white page below
         assert ImageStat.Stat(image.convert("L").crop((0, 0, 1200, 40))).mean[0] < 80
+
+
+def test_final_memory_is_memory_jsonl_else_the_newest_snapshot(tmp_path):
+    assert report.final_memory(tmp_path) is None
+    (tmp_path / "memory").mkdir()
+    for name in ("seed.jsonl", "r00.jsonl", "r02.jsonl", "r10.jsonl.gz", "notes.txt"):
+        (tmp_path / "memory" / name).write_text("")
+    assert report.final_memory(tmp_path) == tmp_path / "memory" / "r10.jsonl.gz"
+    (tmp_path / "memory.jsonl").write_text("")
+    assert report.final_memory(tmp_path) == tmp_path / "memory.jsonl"

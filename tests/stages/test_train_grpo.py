@@ -77,7 +77,8 @@ def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path
     assert logp(str(out), bad) < logp(tiny_model, bad)
     stats = records[0].stats
     assert stats["agent_adv_mean"] == 0.0 and stats["agent_adv_max"] == pytest.approx(1.0)
-    assert {"loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "tokens_per_s"} <= set(stats)
+    assert {"loss", "clip_frac", "approx_kl", "entropy", "grad_norm"} <= set(stats)
+    assert records[0].meta["tokens_per_s"] > 0
 
 
 def test_checkpoint_loads_resumes_and_counts_steps(tiny_model, tmp_path):

@@ -1,0 +1,96 @@
+"""`spade eval` from the command line: exit codes, eval records on stdout, the table on stderr."""
+
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spade_cli import eval as command
+from stages.backends.scripted import ScriptedBackend
+
+QA = Path(__file__).parents[1] / "fixtures" / "eval" / "qa.jsonl"
+RIGHT = {"What is 2 + 3?": "5", "Write one thousand in digits.": "1000",
+         "What is one half as a decimal?": "1/2",
+         "Which option is a prime? (A) 4 (B) 7 (C) 9": "B", "Name the capital of France.": "Paris"}
+
+runner = CliRunner()
+app = typer.Typer()
+
+
+@app.callback()
+def main() -> None:
+    """A local app: spade_cli/app.py registers `eval` the same way."""
+
+
+command.register(app)
+
+
+def answer(messages, tools):
+    question = messages[-1]["content"].split("Problem:\n", 1)[1].strip()
+    return f"\\boxed{{{RIGHT[question]}}}"
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    import stages.backends
+
+    monkeypatch.setattr(stages.backends, "load_backend",
+                        lambda spec: ScriptedBackend(answer, policy=f"scripted:{spec.model}"))
+
+
+def test_file_suite_writes_eval_records_and_a_summary(scripted):
+    result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(QA), "--model", "m",
+                                 "--round", "4"])
+    assert result.exit_code == 0, result.stderr
+    records = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert len(records) == 5 + 4 and all(r["kind"] == "eval" for r in records)
+    assert all(r["suite"] == "qa" and r["round"] == 4 and r["policy"] == "scripted:m"
+               for r in records)
+    assert records[-1]["category"] == "overall" and records[-1]["score"] == 1.0
+    assert records[-1]["samples"] == 5 and records[-1]["ci_low"] == pytest.approx(0.5655, abs=1e-3)
+    assert "spade eval" in result.stderr and "95% CI" in result.stderr
+    assert "overall" in result.stderr and "eval: qa: 5 items, overall 1.000" in result.stderr
+
+
+def test_directory_output_resumes(scripted, tmp_path):
+    args = ["eval", "--suite", "file", "--data", str(QA), "--model", "m", "-o", str(tmp_path)]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.stderr
+    written = (tmp_path / "eval-00000.jsonl").read_bytes()
+    assert len(written.splitlines()) == 9 and (tmp_path / "_manifest.json").exists()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "already done" in again.stderr
+    assert (tmp_path / "eval-00000.jsonl").read_bytes() == written
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--suite", "nope"], "--suite must be one of"),
+    (["--suite", "file"], "needs --data"),
+    (["--suite", "rg-quick", "--data", "x.jsonl"], "belong to --suite file"),
+    (["--suite", "rg-quick", "envs.jsonl"], "positional inputs"),
+    (["--suite", "rg-quick", "--model", ""], "--model is required"),
+])
+def test_usage_errors_exit_2(args, message, scripted):
+    result = runner.invoke(app, ["eval", "--model", "m", *args])
+    assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("suite, package, hint", [("bfcl-mt", "bfcl_eval", "--no-deps bfcl-eval"),
+                                                  ("rg-hard", "reasoning_gym", "reasoning-gym")])
+def test_missing_package_exits_69_with_the_install_hint(suite, package, hint, scripted,
+                                                        monkeypatch):
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
+    result = runner.invoke(app, ["eval", "--suite", suite, "--model", "m"])
+    assert result.exit_code == 69 and hint in result.stderr
+    assert result.stdout == ""
+
+
+def test_missing_data_file_exits_66(scripted, tmp_path):
+    result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(tmp_path / "no.jsonl"),
+                                 "--model", "m"])
+    assert result.exit_code == 66
