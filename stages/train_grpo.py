@@ -128,7 +128,10 @@ class Policy:
     def __init__(self, model_dir: str, cfg: Config):
         from stages.backends.hf import import_torch_transformers, pick_device
 
+        from stages.backends import check_local_model
+
         torch, transformers = import_torch_transformers()
+        check_local_model(model_dir)
         self.torch, self.cfg = torch, cfg
         self.device = pick_device(cfg.device)
         self.autocast = self.device.startswith("cuda") and cfg.bf16 and \

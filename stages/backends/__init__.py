@@ -66,6 +66,21 @@ class BackendSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def check_local_model(model: str) -> None:
+    """A path that is not a directory is an error, unless it looks like a hub id `org/name`.
+
+    Nothing may reach a hub unless the user names a hub model on purpose."""
+    import os
+
+    if os.path.isdir(model):
+        return
+    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        from stages.shards import InputMissing
+
+        raise InputMissing(f"{model}: no such model directory (a hub model is named org/name)")
+
+
 def load_backend(spec: BackendSpec) -> Backend:
     if spec.name == "hf":
         from stages.backends.hf import HFBackend

@@ -13,7 +13,7 @@ import logging
 import os
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             tools_in_system_prompt)
+                             check_local_model, tools_in_system_prompt)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,7 @@ class HFBackend:
 
     def __init__(self, spec: BackendSpec):
         torch, transformers = import_torch_transformers()
-        if not os.path.isdir(spec.model):
-            log.info("%s is not a local directory; transformers will resolve it as a hub id",
-                     spec.model)
+        check_local_model(spec.model)
         self.torch = torch
         self.device = pick_device(spec.device)
         dtype = getattr(torch, spec.dtype) if spec.dtype else (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
-                             tools_in_system_prompt)
+                             check_local_model, tools_in_system_prompt)
 
 
 class VLLMBackend:
@@ -26,6 +26,7 @@ class VLLMBackend:
             raise BackendUnavailable(f"the vllm backend needs vllm ({exc.name} is missing): "
                                      "pip install 'spade-selfplay[vllm]' on a GPU box") from None
         self.vllm = vllm
+        check_local_model(spec.model)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         self.native_tools = "tools" in (self.tokenizer.chat_template or "")
         # processed logprobs: after temperature, as the trainer computes them (with top_p=1,

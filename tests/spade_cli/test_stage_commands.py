@@ -1,0 +1,118 @@
+"""The model-facing commands chained from the shell: exit codes, record kinds, lineage."""
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from spade_cli.app import app
+from stages import seed_library
+
+pytest.importorskip("torch")
+runner = CliRunner()
+
+
+def invoke(*args, input=None):
+    result = runner.invoke(app, [str(a) for a in args], input=input)
+    return result
+
+
+def lines(text):
+    return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, jail_available):
+    """model tiny -> design -> validate -> hint -> rollout x2 -> score-regret -> train-grpo."""
+    root = tmp_path_factory.mktemp("chain")
+    model = root / "tiny"
+    games = [line for line in seed_library.ENV_SHARD.read_text().splitlines()
+             if '"domain":"game"' in line][:2]
+    (root / "pool.jsonl").write_text("\n".join(games) + "\n")
+    steps = {
+        "model": invoke("model", "tiny", model),
+        "design": invoke("design", "--model", model, "-b", 2, "--max-tokens", 8,
+                         "--corpus-words", 30, "-o", root / "designs"),
+        "validate": invoke("validate", root / "designs", "-o", root / "checked"),
+        "hint": invoke("hint", root / "pool.jsonl", "--model", model, "--max-tokens", 8,
+                       "-o", root / "envs"),
+        "rollout-hint": invoke("rollout", root / "envs", "--hint", "-n", 2, "--max-turns", 2,
+                               "--max-tokens", 8, "--model", model, "-o", root / "plays-hint"),
+        "rollout": invoke("rollout", root / "envs", "--no-hint", "-n", 2, "--max-turns", 2,
+                          "--max-tokens", 8, "--model", model, "-o", root / "plays"),
+        "score": invoke("score-regret", root / "envs", root / "checked", root / "plays-hint",
+                        root / "plays", "-o", root / "regrets.jsonl"),
+        "train": invoke("train-grpo", root / "plays", root / "regrets.jsonl", root / "designs",
+                        "--model", model, "--ckpt-dir", root / "ckpt", "--lr", 1e-3,
+                        "-o", root / "train.jsonl"),
+    }
+    return root, steps
+
+
+def test_every_command_of_the_chain_succeeds(chain):
+    root, steps = chain
+    for name, result in steps.items():
+        assert result.exit_code == 0, f"{name}: {result.stderr}"
+    assert (root / "tiny" / "config.json").exists()
+    assert "train-grpo:" in steps["train"].stderr and "-> " in steps["train"].stderr
+
+
+def test_design_records_carry_tokens_and_feed_validate(chain):
+    root, _ = chain
+    designs = lines((root / "designs" / "design-00000.jsonl").read_text())
+    assert [d["slot"] for d in designs] == [0, 1]
+    assert all(d["completion_ids"] and d["logprobs"] and d["corpus_doc"] for d in designs)
+    checked = lines((root / "checked" / "validation-00000.jsonl").read_text())
+    assert [c["parents"] for c in checked] == [[d["id"]] for d in designs]
+
+
+def test_hint_keeps_env_ids_and_rollouts_point_to_them(chain):
+    root, _ = chain
+    envs = lines((root / "envs" / "env-00000.jsonl").read_text())
+    pool = lines((root / "pool.jsonl").read_text())
+    assert [e["id"] for e in envs] == [p["id"] for p in pool]
+    plays = lines((root / "plays-hint" / "rollout-00000.jsonl").read_text())
+    assert len(plays) == 4 and all(p["hint"] for p in plays)
+    assert {p["env_id"] for p in plays} == {e["id"] for e in envs}
+    assert all(len(p["turns"]) <= 2 for p in plays)
+
+
+def test_score_and_train_outputs(chain):
+    root, _ = chain
+    regrets = lines((root / "regrets.jsonl").read_text())
+    assert {r["kind"] for r in regrets} == {"regret"}
+    assert sum(1 for r in regrets if r["rejected_by"]) == 2  # the two rejected designs
+    train = lines((root / "train.jsonl").read_text())
+    assert train and train[0]["kind"] == "train" and train[0]["stats"]["designer_adv_n"] == 2
+    assert (root / "ckpt" / "step-000001" / "trainer_state.json").exists()
+
+
+def test_design_retry_redesigns_rejected_slots(chain, tmp_path):
+    root, _ = chain
+    result = invoke("design", "--model", root / "tiny", "-b", 2, "--max-tokens", 8,
+                    "--corpus-words", 30, "--retry", root / "checked", "--max-attempts", 2)
+    assert result.exit_code == 0, result.stderr
+    assert [(d["slot"], d["attempt"]) for d in lines(result.stdout)] == [(0, 1), (1, 1)]
+    done = invoke("design", "--model", root / "tiny", "--retry", root / "checked",
+                  "--max-attempts", 1)
+    assert done.exit_code == 0 and done.stdout == "" and "0 designs for 0 slots" in done.stderr
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["design"], 2, "--model is required"),
+    (["design", "--model", "x", "--backend", "tpu"], 2, "--backend must be hf, vllm or openai"),
+    (["design", "--model", "x", "--domain", "chess"], 2, "--domain must be game or tool_use"),
+    (["rollout", "--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"],
+     69, "cannot reach the server"),
+    (["train-grpo", "-"], 2, "--model is required"),
+])
+def test_usage_and_unavailable_errors(args, code, message):
+    pool = seed_library.ENV_SHARD.read_text().splitlines()[0] + "\n"
+    result = invoke(*args, input=pool)
+    assert result.exit_code == code, result.stderr
+    assert message in result.stderr
+
+
+def test_missing_local_model_dir_exits_66_without_reaching_a_hub(tmp_path):
+    pool = seed_library.ENV_SHARD.read_text().splitlines()[0] + "\n"
+    result = invoke("hint", "--model", tmp_path / "no-model", input=pool)
+    assert result.exit_code == 66 and "no such model directory" in result.stderr
