@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -33,7 +34,7 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="At most this many items per category.")] = None,
     category: Annotated[list[str] | None, typer.Option(
-        "--category", help="Keep only this category (repeatable): Math, base, a skill, ...")] = None,
+        "--category", help="Keep only this category (repeatable): Math, base, a skill.")] = None,
     batch_size: Annotated[int, typer.Option(
         "--batch-size", min=1, help="Conversations per model call.")] = 32,
     max_steps: Annotated[int, typer.Option(
@@ -112,6 +113,8 @@ def eval_command(
                   "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
                   "inputs": [s.digest() or s.path for s in find_shards(inputs or [])]}
         emit("eval", out, produce, config, stats, overwrite=overwrite, suffix=f".{compress}")
+        if not records and os.path.isdir(out):  # a rerun that found the work done
+            records = list(read([out], kinds={"eval"}))
         rows = stage.summary_rows(records)
         print_table(rows)
         items = sum(1 for r in records if r.task)

@@ -564,12 +564,14 @@ def _quiet() -> Iterator[None]:
 
 
 def safe_for_scorer(dataset: str, answer: str) -> bool:
-    """False for an answer a sympy-parsing scorer must not see (anything beyond math names)."""
+    """False for an answer a sympy-parsing scorer must not see: only digits, operators,
+    brackets, single letters and common function names pass (no quotes, no underscores)."""
     if dataset not in RG_SYMPY_DATASETS:
         return True
     if not MATH_TEXT.fullmatch(answer) or "__" in answer:
         return False
-    return all(name in MATH_NAMES for name in re.findall(r"[A-Za-z_]\w*", answer))
+    return all(name in MATH_NAMES or len(name) == 1
+               for name in re.findall(r"[A-Za-z_]\w*", answer))
 
 
 def _literal_eval(source: Any, *_: Any) -> Any:
@@ -661,10 +663,13 @@ TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 def require_bfcl():
+    import importlib
+
     try:
         from bfcl_eval.constants import default_prompts, type_mappings
-        from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker  # noqa: F401
         from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
+
+        importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     except ImportError as exc:
         raise BackendUnavailable(f"the bfcl-mt suite needs the bfcl-eval package ({exc.name} "
                                  f"is missing): {BFCL_INSTALL}") from None
@@ -675,7 +680,8 @@ def bfcl_entries(categories: Iterable[str] = (), limit: int | None = None
                  ) -> list[tuple[str, dict, list]]:
     """(category, test entry with its function docs, ground truth), in the package's order."""
     load_entries, load_truth, _, _ = require_bfcl()
-    wanted = [c for c in BFCL_CATEGORIES if not categories or c in set(categories)]
+    chosen = {c.lower() for c in categories}
+    wanted = [c for c in BFCL_CATEGORIES if not chosen or c in chosen]
     out = []
     for category in wanted:
         entries = load_entries(f"multi_turn_{category}")
@@ -894,7 +900,7 @@ def run_bfcl(entries: list[tuple[str, dict, list]], backend: Backend, cfg: Confi
     tasks = iter([(i, e, p) for i, e in enumerate(entries) for p in range(plays)])
     chat = Chat(backend, cfg)
     results: dict[int, list[BfclEpisode]] = {}
-    next_out, active, order = 0, [], 0
+    next_out, active = 0, []
     width = max(1, cfg.batch_size)
     with ThreadPoolExecutor(max_workers=min(16, width)) as pool:
         try:

@@ -138,7 +138,9 @@ class Policy:
             torch.cuda.is_bf16_supported()
         torch.manual_seed(cfg.seed)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # fp32 master weights, except a LoRA run on CUDA: the frozen base can stay in bf16
+        base_dtype = torch.bfloat16 if cfg.lora_rank and self.autocast else torch.float32
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=base_dtype)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if cfg.lora_rank:

@@ -110,7 +110,8 @@ def test_rg_scorers_never_eval_model_text_and_hangs_time_out(tmp_path):
     attack = f"__import__('os').system('touch {marker}')"
     assert not ev.safe_for_scorer("countdown", attack)
     assert not ev.safe_for_scorer("simple_integration", "exec(chr(49))")
-    assert ev.safe_for_scorer("simple_integration", "x**3/3 + 2*sin(x) + C")
+    assert ev.safe_for_scorer("simple_integration", "x**3/3 + 2*sin(x) + e**x + C")
+    assert not ev.safe_for_scorer("countdown", "x.__class__")
     task = next(t for t in ev.RG_HARD if t.dataset == "string_insertion")
     cfg = ev.Config(suite="rg-quick", episodes=1)
     assert list(ev.run_rg([task], scripted(f"\\boxed{{{attack}}}"), cfg))[0].score == 0.0
