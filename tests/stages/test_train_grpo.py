@@ -118,3 +118,22 @@ def test_samples_without_token_ids_are_skipped_and_counted():
     play = Rollout(env_id="env_a", turns=[Turn(action="a", completion="x")])
     samples, skipped = stage.build_samples([play], CFG)
     assert samples == [] and skipped == {"agent_no_token_ids": 1}
+
+
+def test_lora_update_saves_a_plain_checkpoint(tiny_model, tmp_path):
+    pytest.importorskip("peft")
+    backend = load_backend(BackendSpec(name="hf", model=tiny_model))
+    done = backend.chat([[{"role": "user", "content": "go"}]] * 2, Sampling(max_tokens=4, seed=0))
+    plays = [Rollout(env_id="env_x", seed=i, reward=float(i),
+                     turns=[Turn(action="a", prompt_ids=c.prompt_ids,
+                                 completion_ids=c.completion_ids, logprobs=c.logprobs)])
+             for i, c in enumerate(done)]
+    cfg = stage.Config(lr=1e-2, batch_size=2, micro_batch=2, lora_rank=4)
+    records, out, _ = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
+    assert records[0].stats["grad_norm"] > 0
+    assert not (out / "adapter_config.json").exists()  # merged: every backend loads it
+    reloaded = load_backend(BackendSpec(name="hf", model=str(out)))
+    before = dict(backend.model.named_parameters())
+    changed = [name for name, p in reloaded.model.named_parameters()
+               if not torch.equal(p, before[name])]
+    assert changed and all("proj" in name for name in changed)
