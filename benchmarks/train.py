@@ -4,9 +4,10 @@ What it measures, per model config, on one fixed batch:
   batch        N samples (default 16), each a prompt of P random token ids (default 192) and a
                completion of C random token ids (default 64), from a seeded generator, ids below
                the smaller of the tokenizer's and the model's vocab; advantages alternate +1/-1;
-               sampled logprobs are the model's own (scored once by `_start_logprobs` before any
-               timing), so TIS weights are ~1. Micro-batch M (default 8): N/M forward/backward
-               passes per optimizer step (gradient accumulation) on both sides.
+               sampled logprobs are the model's own (scored by `_start_logprobs` outside the
+               timing, before every spade round, since the policy trains), so TIS weights are
+               ~1. Micro-batch M (default 8): N/M forward/backward passes per optimizer step
+               (gradient accumulation) on both sides.
   spade        `Policy(model_dir, Config(batch_size=N, micro_batch=M, lr=1e-5))`, then
                `list(update(policy, samples, cfg, 0))`: one no-grad pass for the start logprobs
                (`_start_logprobs`) and one optimizer step (`_optimizer_step`: PPO-clip + TIS
@@ -28,9 +29,9 @@ What it measures, per model config, on one fixed batch:
   an H200's dense bf16).
 
 Configs:
-  tiny        `stages.models.tiny` defaults (hidden 64, 2 layers)
-  small       `tiny(hidden=256, layers=4, vocab=1024)`; the BPE learns fewer tokens than 1024
-              from its small corpus, so the saved model's embeddings are resized to 1024 rows
+  tiny        `stages.models.tiny` defaults (hidden 64, 2 layers, its default vocab)
+  small       `tiny(hidden=256, layers=4, vocab=1024)`; should the BPE learn fewer than 1024 tokens
+              from its corpus, the saved model's embeddings are resized to 1024 rows
   qwen3-0.6b  a Qwen3-0.6B-shaped Qwen3Config (hidden 1024, 28 layers, 16 heads, 8 kv heads,
               head_dim 128, intermediate 3072, vocab 151936, tied embeddings), random weights,
               saved in bf16 beside the tokenizer from `tiny`. For a GPU: run by default only when
@@ -41,6 +42,7 @@ How to run:
   python benchmarks/train.py --quick              # one timed round per side
   python benchmarks/train.py --config small --json out.json
   python benchmarks/train.py --config qwen3-0.6b --peak-tflops 989
+  python benchmarks/train.py --threads 1         # steadier on a shared, busy CPU box
 
 Targets (a final PASS/MISS line per config; the exit status is 0 either way, since this is a
 measurement): train-grpo tokens/s at least 0.9x the plain forward+backward+AdamW step.
@@ -51,6 +53,7 @@ missing.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -209,6 +212,8 @@ class SpadeSide:
 
     def run(self) -> dict[str, float]:
         module = self.module
+        # the policy moved in earlier rounds: rescore (untimed) so TIS weights stay ~1
+        score_samples(self.policy, self.samples, self.cfg)
         originals = module._start_logprobs, module._optimizer_step
         module._start_logprobs = self.timed("start_logprobs", originals[0])
         module._optimizer_step = self.timed("optimizer_step", originals[1])
@@ -364,9 +369,6 @@ def bench_config(name: str, args: argparse.Namespace, device: str, scratch: Path
     for r in result["sides"].values():
         r["ratio_vs_plain"] = ratio(r["tokens_per_s"], base)
         r["ratio_vs_plain_nograd"] = ratio(r["tokens_per_s"], base_nograd)
-    del spade, plain
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
     return result
 
 
@@ -384,12 +386,16 @@ def config_rows(name: str, r: dict[str, Any], cuda: bool) -> list[list[Any]]:
 
 def breakdown_rows(name: str, r: dict[str, Any]) -> list[list[Any]]:
     s, p, q = r["sides"]["spade"], r["sides"]["plain"], r["sides"]["plain+nograd"]
+
+    def share(base: float, ours: float) -> Any:
+        return ratio(base, ours) if ours > 0 else "-"
+
     return [[name, "no-grad pass", s["start_logprobs"], q["nograd"],
-             ratio(q["nograd"], s["start_logprobs"])],
+             share(q["nograd"], s["start_logprobs"])],
             ["", "training step", s["optimizer_step"], p["step"],
-             ratio(p["step"], s["optimizer_step"])],
-            ["", "other", s["other"], 0.0, ""],
-            ["", "total", s["seconds"], q["seconds"], ratio(q["seconds"], s["seconds"])]]
+             share(p["step"], s["optimizer_step"])],
+            ["", "other", s["other"], 0.0, "-"],
+            ["", "total", s["seconds"], q["seconds"], share(q["seconds"], s["seconds"])]]
 
 
 # -- putting it together ------------------------------------------------------------------------
@@ -466,12 +472,13 @@ def measure(args: argparse.Namespace, facts: dict[str, Any]) -> dict[str, Any]:
                         "plain+nograd)", ["config", "part", "spade s", "baseline s",
                                           "baseline/spade"], breakdown_rows(name, r)))
             s = r["sides"]["spade"]
-            print(f"   rounds (s): " + "; ".join(
+            print("   rounds (s): " + "; ".join(
                 f"{side} {', '.join(f'{t:.3f}' for t in r['sides'][side]['rounds'])}"
                 for side in SIDES)
                 + f"\n   spade last step: loss {s['loss']:.4f}, tis weight {s['tis_weight']:.4f}, "
                 f"clip frac {s['clip_frac']:.4f}; setup {r['setup_seconds']:.1f} s excluded\n",
                 flush=True)
+            gc.collect()  # both models and optimizers go before the next config loads
             if cuda:
                 torch.cuda.empty_cache()
     return results

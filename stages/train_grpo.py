@@ -189,14 +189,26 @@ class Policy:
         return (ids.to(self.device), attention.to(self.device), mask.to(self.device),
                 targets.to(self.device), temps.to(self.device))
 
-    def logprobs(self, model, ids, attention, targets, temps, with_entropy=False):
+    def logprobs(self, model, ids, attention, targets, temps, mask, with_entropy=False):
+        """Per-position log p of `targets` (zero where no completion token is).
+
+        Logits are computed only from the first completion position on: prompt positions
+        would pay for the lm_head and a vocabulary-wide softmax for nothing."""
         from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-        with self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.autocast):
-            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        torch = self.torch
+        first = int(mask.any(0).int().argmax())
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+            logits = model(input_ids=ids, attention_mask=attention,
+                           logits_to_keep=ids.shape[1] - first).logits[:, :-1].float()
         logits = logits / temps
-        logp = selective_log_softmax(logits, targets)
-        entropy = entropy_from_logits(logits) if with_entropy else None
+        logp = torch.nn.functional.pad(selective_log_softmax(logits, targets[:, first:]),
+                                       (first, 0))
+        entropy = None
+        if with_entropy:  # a logged statistic: no graph needed
+            with torch.no_grad():
+                entropy = torch.nn.functional.pad(entropy_from_logits(logits.detach()),
+                                                  (first, 0))
         return logp, entropy
 
     def save(self, out: Path, state: dict) -> None:
@@ -225,17 +237,29 @@ def _stats(values: list[float], prefix: str) -> dict[str, float]:
 
 def update(policy: Policy, samples: list[Sample], cfg: Config, step0: int) -> Iterator[Train]:
     """Run the optimizer steps over `samples`; yield one Train record per step."""
-    torch = policy.torch
     order = list(range(len(samples)))
     random.Random(cfg.seed + step0).shuffle(order)
-    start_logps = _start_logprobs(policy, samples, cfg)
+    # The first optimizer batch sees the start policy itself: its training forward gives the
+    # start logprobs for free. Only later batches need a separate no-grad pass (and every
+    # batch does when dropout would make the two forwards differ).
+    free = set() if _has_dropout(policy.model) else set(order[:cfg.batch_size])
+    start_logps: list = [None] * len(samples)
+    later = [i for i in order if i not in free]
+    for index, logp in zip(later, _start_logprobs(policy, [samples[i] for i in later], cfg)):
+        start_logps[index] = logp
     step = step0
     for _epoch in range(cfg.epochs):
         for first in range(0, len(order), cfg.batch_size):
-            chosen = order[first:first + cfg.batch_size]
             step += 1
-            yield _optimizer_step(policy, [samples[i] for i in chosen],
-                                  [start_logps[i] for i in chosen], cfg, step)
+            yield _optimizer_step(policy, samples, order[first:first + cfg.batch_size],
+                                  start_logps, cfg, step)
+
+
+def _has_dropout(model) -> bool:
+    torch = __import__("torch")
+    config = getattr(model, "config", None)
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or \
+        float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0
 
 
 def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
@@ -247,27 +271,33 @@ def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
         for first in range(0, len(samples), cfg.micro_batch):
             chunk = samples[first:first + cfg.micro_batch]
             ids, attention, mask, targets, temps = policy.batch(chunk)
-            logp, _ = policy.logprobs(policy.model, ids, attention, targets, temps)
+            logp, _ = policy.logprobs(policy.model, ids, attention, targets, temps, mask)
             for row in range(len(chunk)):
                 out.append(logp[row][mask[row]].cpu())
     policy.model.train()
     return out
 
 
-def _optimizer_step(policy: Policy, batch: list[Sample], start: list, cfg: Config,
-                    step: int) -> Train:
+def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], start: list,
+                    cfg: Config, step: int) -> Train:
+    """One optimizer step over samples[chosen]; fills in `start` where it was still None."""
     torch = policy.torch
     began = time.monotonic()
+    batch = [samples[i] for i in chosen]
     total_tokens = sum(len(s.completion_ids) for s in batch)
     sums = defaultdict(float)
     policy.optimizer.zero_grad(set_to_none=True)
     for first in range(0, len(batch), cfg.micro_batch):
-        chunk, chunk_start = batch[first:first + cfg.micro_batch], start[first:first + cfg.micro_batch]
+        rows = chosen[first:first + cfg.micro_batch]
+        chunk = [samples[i] for i in rows]
         ids, attention, mask, targets, temps = policy.batch(chunk)
         logp_all, entropy_all = policy.logprobs(policy.model, ids, attention, targets, temps,
-                                                with_entropy=True)
+                                                mask, with_entropy=True)
         logp = logp_all[mask]
-        old = torch.cat(chunk_start).to(logp.device)
+        if start[rows[0]] is None:  # the policy has not moved since the update began
+            for row, index in enumerate(rows):
+                start[index] = logp_all[row][mask[row]].detach().cpu()
+        old = torch.cat([start[i] for i in rows]).to(logp.device)
         sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs[:len(s.completion_ids)]],
                                device=logp.device, dtype=logp.dtype)
         advantages = torch.tensor([s.advantage for s in chunk for _ in s.completion_ids],
@@ -275,7 +305,8 @@ def _optimizer_step(policy: Policy, batch: list[Sample], start: list, cfg: Confi
         loss_terms, parts = token_loss(torch, logp, old, sampled, advantages, cfg)
         if policy.reference is not None:
             with torch.no_grad():
-                ref_all, _ = policy.logprobs(policy.reference, ids, attention, targets, temps)
+                ref_all, _ = policy.logprobs(policy.reference, ids, attention, targets, temps,
+                                             mask)
             ref = ref_all[mask]
             kl = torch.exp(ref - logp) - (ref - logp) - 1
             loss_terms = loss_terms + cfg.kl_beta * kl

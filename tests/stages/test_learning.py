@@ -1,6 +1,6 @@
 """The loop learns: rollout -> score-regret -> train-grpo rounds raise the no-hint win rate.
 
-A one-turn env rewards replies whose first character is a lowercase letter: about a quarter of
+A one-turn env rewards replies whose first character is a lowercase vowel: about one in six of
 the tiny random model's replies win at first. Fixed seeds make the run deterministic; the
 margin asserted is several binomial standard deviations of a 64-play estimate.
 """
@@ -16,8 +16,8 @@ from stages.backends import BackendSpec, Sampling, load_backend  # noqa: E402
 from stages.records import Env  # noqa: E402
 from stages.validate import source_hash  # noqa: E402
 
-SOURCE = (Path(__file__).parent.parent / "fixtures" / "train" / "lowercase_env.py").read_text()
-ENV = Env(domain="game", skill="induction", class_name="LowercaseEnv", source=SOURCE,
+SOURCE = (Path(__file__).parent.parent / "fixtures" / "train" / "vowel_env.py").read_text()
+ENV = Env(domain="game", skill="induction", class_name="VowelEnv", source=SOURCE,
           source_hash=source_hash(SOURCE), max_turns=1)
 PLAY = dict(concurrency=64, sampling=Sampling(temperature=1.0, max_tokens=4))
 
@@ -32,7 +32,7 @@ def win_rate(model_dir, seed):
 def test_no_hint_win_rate_rises_over_rounds(tiny_model, tmp_path, jail_available):
     before = [win_rate(tiny_model, seed)[0] for seed in (1000, 1001)]
     model = tiny_model
-    cfg = train_grpo.Config(lr=2e-2, batch_size=32, micro_batch=32, weight_decay=0.0)
+    cfg = train_grpo.Config(lr=5e-2, batch_size=32, micro_batch=32, weight_decay=0.0)
     for round_index in range(5):
         _, plays = win_rate(model, round_index)
         regrets, _ = score_regret.run([ENV, *plays], score_regret.Config(round=round_index))

@@ -63,7 +63,7 @@ def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path
         ids, attention, mask, targets, temps = policy.batch(
             [stage.Sample("agent", prompt, completion, [0.0] * 3, 0.0)])
         with torch.no_grad():
-            values, _ = policy.logprobs(policy.model, ids, attention, targets, temps)
+            values, _ = policy.logprobs(policy.model, ids, attention, targets, temps, mask)
         return values[mask].sum().item()
 
     rollouts = [Rollout(env_id="env_x", seed=i, reward=r, meta={"temperature": 1.0},
