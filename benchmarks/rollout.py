@@ -53,6 +53,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
 from sandbox.jail import (SandboxUnavailable, cgroup_controllers, locate_nsjail,  # noqa: E402
                           locate_python)
 from stages import prompts, rollout, shards  # noqa: E402
@@ -60,7 +61,6 @@ from stages.backends import BackendUnavailable, Sampling  # noqa: E402
 from stages.backends.scripted import ScriptedBackend  # noqa: E402
 from stages.records import Env, Rollout  # noqa: E402
 
-EX_UNAVAILABLE = 69
 ENV_SHARD = _HERE.parent / "stages" / "seed_library" / "envs.jsonl"
 TOOL_BASE = _HERE.parent / "sandbox" / "tool_base.py"
 CONCURRENCIES = (1, 2, 8)
@@ -112,9 +112,6 @@ def respond(messages: list[dict], tools: list[dict] | None) -> str:
 
 # -- numbers ------------------------------------------------------------------------------------
 
-def ratio(a: float, b: float) -> float:
-    return a / b if b else float("inf")
-
 
 def median_pass(passes: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """The pass whose `key` is the median (the lower middle one for an even count)."""
@@ -124,24 +121,6 @@ def median_pass(passes: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 # -- printing -----------------------------------------------------------------------------------
 
-def table(title: str, headers: list[str], rows: list[list[Any]]) -> str:
-    """A plain-text table: first column left-aligned, the rest right-aligned."""
-    def fmt(cell: Any) -> str:
-        if isinstance(cell, str):
-            return cell
-        if isinstance(cell, int):
-            return str(cell)
-        return f"{cell:.2f}"
-
-    cells = [headers] + [[fmt(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-
-    rule = "-" * len(line(headers))
-    return "\n".join([title, rule, line(headers), rule, *map(line, cells[1:]), ""])
 
 
 # -- 1. scripted policy -------------------------------------------------------------------------
@@ -407,14 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         print(f"benchmarks/rollout.py: backend unavailable: {exc}", file=sys.stderr)
         return EX_UNAVAILABLE
-    results["targets"] = []
-    for name, passed, value in verdicts(results):
-        print(f"{'PASS' if passed else 'MISS'}  {name}: {value}")
-        results["targets"].append({"target": name, "pass": passed, "value": value})
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return finish(results, verdicts(results), args.json)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Exit 69 (with a message) when nsjail or a jail-readable python is unavailable, o
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -48,11 +47,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
 from sandbox.jail import (PYTHON_FLAGS, Limits, Sandbox, SandboxUnavailable,  # noqa: E402
                           Worker, cgroup_controllers, locate_nsjail, locate_python, nsjail_argv,
                           staged_worker_dir)
 
-EX_UNAVAILABLE = 69
 TRUE = "/usr/bin/true"
 TARGET_LAUNCH_MS = 30.0
 TARGET_RT_RATIO = 1.5
@@ -108,9 +107,6 @@ def summary(values: list[float], tail: float) -> dict[str, float]:
             f"p{tail:g}": percentile(values, tail)}
 
 
-def ratio(a: float, b: float) -> float:
-    return a / b if b else float("inf")
-
 
 def timed(fn: Callable[[], Any]) -> float:
     """Seconds one call of fn takes."""
@@ -121,18 +117,6 @@ def timed(fn: Callable[[], Any]) -> float:
 
 # -- printing -----------------------------------------------------------------------------------
 
-def table(title: str, headers: list[str], rows: list[list[Any]]) -> str:
-    """A plain-text table: first column left-aligned, the rest right-aligned."""
-    cells = [headers] + [[cell if isinstance(cell, str) else f"{cell:.2f}" for cell in row]
-                         for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-
-    rule = "-" * len(line(headers))
-    return "\n".join([title, rule, line(headers), rule, *map(line, cells[1:]), ""])
 
 
 # -- 1. launch ----------------------------------------------------------------------------------
@@ -374,14 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as exc:
         print(f"benchmarks/sandbox.py: sandbox unavailable: {exc}", file=sys.stderr)
         return EX_UNAVAILABLE
-    results["targets"] = []
-    for name, passed, value in verdicts(results):
-        print(f"{'PASS' if passed else 'MISS'}  {name}: {value}")
-        results["targets"].append({"target": name, "pass": passed, "value": value})
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return finish(results, verdicts(results), args.json)
 
 
 if __name__ == "__main__":

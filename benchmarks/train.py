@@ -71,9 +71,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
+from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
 from stages.backends import BackendUnavailable  # noqa: E402
 
-EX_UNAVAILABLE = 69
 TARGET_RATIO = 0.9
 CONFIGS = ("tiny", "small", "qwen3-0.6b")
 SIDES = ("spade", "plain", "plain+nograd")
@@ -86,28 +86,7 @@ QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
 
 # -- numbers and printing -----------------------------------------------------------------------
 
-def ratio(a: float, b: float) -> float:
-    return a / b if b else float("inf")
 
-
-def table(title: str, headers: list[str], rows: list[list[Any]]) -> str:
-    """A plain-text table: first column left-aligned, the rest right-aligned."""
-    def fmt(cell: Any) -> str:
-        if isinstance(cell, str):
-            return cell
-        if isinstance(cell, int):
-            return str(cell)
-        return f"{cell:.3f}" if abs(cell) < 10 else f"{cell:.1f}"
-
-    cells = [headers] + [[fmt(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-
-    rule = "-" * len(line(headers))
-    return "\n".join([title, rule, line(headers), rule, *map(line, cells[1:]), ""])
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -520,14 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         print(f"benchmarks/train.py: backend unavailable: {exc}", file=sys.stderr)
         return EX_UNAVAILABLE
-    results["targets"] = []
-    for name, passed, value in verdicts(results):
-        print(f"{'PASS' if passed else 'MISS'}  {name}: {value}")
-        results["targets"].append({"target": name, "pass": passed, "value": value})
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return finish(results, verdicts(results), args.json)
 
 
 if __name__ == "__main__":

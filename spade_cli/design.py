@@ -55,7 +55,7 @@ def design(
     from stages import corpus as corpus_mod
     from stages import design as stage
     from stages.backends import Sampling, load_backend
-    from stages.shards import Shard, Stats, emit, find_shards, read
+    from stages.shards import Stats, emit, find_shards, read
 
     with errors_to_exit("design"):
         if domain not in ("game", "tool_use"):

@@ -3,12 +3,10 @@
 import os
 
 import orjson
-import pytest
 from typer.testing import CliRunner
 
 from spade_cli.app import app
 from stages import seed_library
-from stages.records import dumps
 
 runner = CliRunner()
 

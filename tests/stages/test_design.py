@@ -1,6 +1,5 @@
 """design: skill rotation, prompts grounded in corpus and memory, retries, lineage."""
 
-import random
 
 from stages import design as stage
 from stages import memory as memory_store

@@ -1,6 +1,5 @@
 """rollout: episode rewards, turn caps, hints, misbehaving envs, token bookkeeping."""
 
-import re
 
 import pytest
 

@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from stages import seed_library
