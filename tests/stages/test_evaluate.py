@@ -11,6 +11,7 @@ import pytest
 from stages import evaluate as ev
 from stages.backends import Sampling
 from stages.backends.scripted import ScriptedBackend
+from stages.evaluate import rg as ev_rg
 from stages.records import Eval, Failure
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
@@ -60,7 +61,7 @@ def test_rg_hard_roster_and_categories():
     rg = pytest.importorskip("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
-    counts = {c: sum(t.category == c for t in ev.RG_HARD) for c in ev._RG_TABLE}
+    counts = {c: sum(t.category == c for t in ev.RG_HARD) for c in ev_rg._RG_TABLE}
     assert counts == {"Math": 31, "Algorithmic": 36, "Cognition": 24, "Logic": 9}
     assert len({t.id for t in ev.RG_HARD}) == 100
     for task in ev.RG_HARD:
