@@ -71,6 +71,8 @@ def rollout(
             for record in stage.run(envs, loaded[0], cfg):
                 if record.outcome != "ok":
                     stats.reasons[record.outcome] += 1
+                stats.extra["wins"] = stats.extra.get("wins", 0) + (record.reward > 0)
+                stats.extra["turns"] = stats.extra.get("turns", 0) + len(record.turns)
                 yield record
 
         config = {k: v for k, v in locals().items()
@@ -79,5 +81,8 @@ def rollout(
                            "max_tokens", "seed", "prompts", "sandbox", "concurrency")}
         run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
                   overwrite=overwrite, suffix=f".{compress}")
-        summarize("rollout", stats, f"{stats.read} envs -> {stats.written['rollout']} plays "
-                  f"({'hint' if hint else 'no hint'})")
+        plays_done = stats.written["rollout"]
+        win = stats.extra.get("wins", 0) / plays_done if plays_done else 0.0
+        summarize("rollout", stats, f"{stats.read} envs -> {plays_done} plays "
+                  f"({'hint' if hint else 'no hint'}), win rate {win:.2f}, "
+                  f"{stats.extra.get('turns', 0)} turns")
