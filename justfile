@@ -1,18 +1,31 @@
 # Developer tasks. `pip install rust-just` gives the `just` binary if your system lacks it.
 
-# Install spade with test extras (editable).
+# Install spade with everything the tests use (torch 2.13.0 CPU first).
 install:
+    python -m pip install torch==2.13.0
     python -m pip install -e '.[test]'
 
 # Run the test suite (CPU only; GPU tests are deselected).
 test *opts:
     python -m pytest {{opts}}
 
+# The main job: the quickstart recipe, then its report.
+quickstart:
+    bash scripts/quickstart.sh
+
 # Regenerate the shipped seed env shard after editing a seed env.
 seeds:
     spade seeds | spade validate > stages/seed_library/envs.jsonl.tmp
     mv stages/seed_library/envs.jsonl.tmp stages/seed_library/envs.jsonl
 
-# Measure the sandbox: jail launch, round trips, validate throughput.
+# Benchmarks: printed tables with same-run baselines.
 bench-sandbox:
     python benchmarks/sandbox.py
+bench-rollout:
+    python benchmarks/rollout.py
+bench-train:
+    python benchmarks/train.py
+
+# Find repeated code before committing.
+duplicates:
+    duplicates --change
