@@ -97,6 +97,17 @@ def load_backend(spec: BackendSpec) -> Backend:
     raise BackendUnavailable(f"unknown backend {spec.name!r}: choose hf, vllm or openai")
 
 
+def render_prompt(tokenizer, messages: list[Message], tools: list[dict] | None) -> list[int]:
+    """Token ids of the conversation under the model's chat template, ready for generation.
+
+    Templates that render `tools` get them natively; others get them in the system turn."""
+    if tools and "tools" not in (tokenizer.chat_template or ""):
+        messages, tools = tools_in_system_prompt(messages, tools), None
+    return list(tokenizer.apply_chat_template(messages, tools=tools or None,
+                                              add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+
+
 def tools_in_system_prompt(messages: list[Message], tools: list[dict] | None) -> list[Message]:
     """For chat templates without native tool support: describe the tools in the system turn."""
     if not tools:

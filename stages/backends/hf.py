@@ -13,7 +13,7 @@ import logging
 import os
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, tools_in_system_prompt)
+                             check_local_model, render_prompt)
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,6 @@ class HFBackend:
         self.model.to(self.device).eval()
         # the path as given: records stay identical wherever a run directory is placed
         self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
-        template = self.tokenizer.chat_template or ""
-        self.native_tools = "tools" in template
         self.max_batch = int(spec.options.get("max_batch", 16))
         self.eos_ids = self._eos_ids()
 
@@ -69,11 +67,7 @@ class HFBackend:
         return {i for i in ids if i is not None}
 
     def render(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
-        if tools and not self.native_tools:
-            messages, tools = tools_in_system_prompt(messages, tools), None
-        return list(self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
-            return_dict=False))
+        return render_prompt(self.tokenizer, messages, tools)
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         """Generate in length-sorted micro-batches: padding a short prompt to the longest one

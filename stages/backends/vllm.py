@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
-                             check_local_model, tools_in_system_prompt)
+                             check_local_model, render_prompt)
 
 
 class VLLMBackend:
@@ -28,7 +28,6 @@ class VLLMBackend:
         self.vllm = vllm
         check_local_model(spec.model)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
-        self.native_tools = "tools" in (self.tokenizer.chat_template or "")
         # processed logprobs: after temperature, as the trainer computes them (with top_p=1,
         # top_k=0 they are exactly the contract's; with truncation vLLM renormalises)
         options = {"gpu_memory_utilization": 0.85, "enforce_eager": False,
@@ -42,11 +41,7 @@ class VLLMBackend:
         self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
 
     def render(self, messages, tools):
-        if tools and not self.native_tools:
-            messages, tools = tools_in_system_prompt(messages, tools), None
-        return list(self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
-            return_dict=False))
+        return render_prompt(self.tokenizer, messages, tools)
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         tools = tools or [None] * len(conversations)
