@@ -202,9 +202,20 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
             yield record
 
     def inputs(shard: Shard) -> Iterator[Record]:
-        for record in read_shard(shard, kinds):
+        # Records of other kinds pass by (a pipe from validate carries env and validation
+        # records); a shard with nothing this stage reads is an input error.
+        wanted, passed = 0, Counter()
+        for record in read_shard(shard):
+            if kinds is not None and record.kind not in kinds:
+                passed[record.kind] += 1
+                continue
+            wanted += 1
             stats.read += 1
             yield record
+        if passed and not wanted:
+            found = ", ".join(f"{count} {kind}" for kind, count in passed.most_common())
+            raise RecordError(f"no {' or '.join(sorted(kinds))} records, only {found}",
+                              "<stdin>" if shard.path == "-" else shard.path)
 
     if out == "-":
         sink = sys.stdout.buffer

@@ -78,7 +78,7 @@ def test_newer_version_exits_65(tmp_path):
 
 def test_wrong_kind_exits_65():
     result = runner.invoke(app, ["validate", "-"], input=seed_library.ENV_SHARD.read_text())
-    assert result.exit_code == 65 and "<stdin>:1: field 'kind': expected design" in result.stderr
+    assert result.exit_code == 65 and "<stdin>: no design records, only 16 env" in result.stderr
 
 
 def test_missing_input_exits_66(tmp_path):
@@ -106,3 +106,18 @@ def test_bad_sandbox_option_exits_2():
 def test_empty_input_is_nothing_to_do():
     result = runner.invoke(app, ["validate", "-"], input="")
     assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_a_stage_reads_its_own_kind_from_a_mixed_stream(tmp_path):
+    """A pipe carries env and validation records; the next stage reads its own kind."""
+    from stages.shards import Stats, find_shards, run_stage
+
+    mixed = tmp_path / "checked.jsonl"
+    env_line = seed_library.ENV_SHARD.read_text().splitlines()[0]
+    reject = '{"kind":"validation","v":1,"check":"parse","error":{"type":"parse","msg":"x"}}'
+    mixed.write_text(f"{reject}\n{env_line}\n")
+    seen = []
+    run_stage("hint", find_shards([str(mixed)]), str(tmp_path / "out.jsonl"),
+              lambda records: (seen.append(r.kind) or r for r in records), {}, Stats(),
+              kinds={"env"})
+    assert seen == ["env"]
