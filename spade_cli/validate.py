@@ -26,6 +26,8 @@ def validate(
         help="nsjail (default), or none: plain subprocesses, NOT a security boundary.")] = "nsjail",
     call_timeout: Annotated[float, typer.Option(help="Seconds one env call may take.")] = 5.0,
     memory_mb: Annotated[int, typer.Option(help="Memory limit per env worker (MiB).")] = 512,
+    budget: Annotated[int, typer.Option(min=1, help="Seconds (wall and CPU) all checks of one "
+                                                    "env may take together.")] = 60,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
@@ -44,11 +46,13 @@ def validate(
     with errors_to_exit("validate"):
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
-        limits = Limits(call_timeout=call_timeout, memory_mb=memory_mb)
+        limits = Limits(call_timeout=call_timeout, memory_mb=memory_mb, lifetime=budget,
+                        cpu_seconds=budget)
         cfg = stage.Config(workers=workers, sandbox=Sandbox(mode=sandbox, limits=limits))
         shards = input_shards(inputs, stage.designs_from_files)
         stats = Stats()
-        config = {"sandbox": sandbox, "call_timeout": call_timeout, "memory_mb": memory_mb}
+        config = {"sandbox": sandbox, "call_timeout": call_timeout, "memory_mb": memory_mb,
+                  "budget": budget}
         run_stage("validate", shards, out, lambda designs: stage.run(designs, cfg, stats),
                   config, stats, kinds={"design"}, overwrite=overwrite, suffix=f".{compress}")
         accepted, rejected = stats.written["env"], stats.written["validation"]

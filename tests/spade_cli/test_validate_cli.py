@@ -121,3 +121,15 @@ def test_a_stage_reads_its_own_kind_from_a_mixed_stream(tmp_path):
               lambda records: (seen.append(r.kind) or r for r in records), {}, Stats(),
               kinds={"env"})
     assert seen == ["env"]
+
+
+def test_budget_bounds_an_env_whose_every_call_is_slow_but_legal(tmp_path, jail_available):
+    slow = tmp_path / "slow_env.py"
+    slow.write_text("class SlowEnv:\n    def reset(self, seed=None):\n"
+                    "        sum(range(40_000_000))\n        return 'obs', {}\n"
+                    "    def step(self, action):\n        sum(range(40_000_000))\n"
+                    "        return 'obs', 0.0, False, False, {}\n"
+                    "    def solution(self):\n        return ['\\\\boxed{a}']\n")
+    result = runner.invoke(app, ["validate", str(slow), "--budget", "2"])
+    record = orjson.loads(result.stdout)
+    assert record["check"] == "resources" and record["outcome"] == "timeout"
