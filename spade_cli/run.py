@@ -73,6 +73,7 @@ def execute(recipe, from_round: int) -> None:
     from spade_cli import recipe as recipes
     from spade_cli import summary
     from spade_cli.app import app
+    from spade_cli.errors import UsageError
     from stages.records import content_hash
 
     run_dir = Path(recipe.run_dir)
@@ -92,19 +93,20 @@ def execute(recipe, from_round: int) -> None:
             if exc.code not in (0, None):
                 raise SystemExit(exc.code) from None
 
-    model, init = recipes.model_init_commands(recipe)
-    if init and not (Path(model) / "config.json").exists():
+    start_model, init = recipes.model_init_commands(recipe)
+    model = start_model
+    for index in range(from_round):
+        marker = _marker(run_dir, index)
+        if marker is None:
+            raise UsageError(f"--from-round {from_round}: round {index} is not finished")
+        model = marker["model"]
+    if init and not (Path(start_model) / "config.json").exists():
         for argv in init:
             call(argv, "build the initial model")
     seed_memory = run_dir / "memory" / "seed.jsonl"
     if not seed_memory.exists():
         call(["memory", "seed", "-o", str(seed_memory)], "seed the memory")
     loop = recipes.Loop(recipe, call, checkpoint_after, produced)
-    for index in range(from_round):
-        marker = _marker(run_dir, index)
-        if marker is None:
-            raise SystemExit(_usage(f"--from-round {from_round}: round {index} is not finished"))
-        model = marker["model"]
     with progress:
         for index in range(from_round, recipe.rounds):
             marker = _marker(run_dir, index)
@@ -118,11 +120,6 @@ def execute(recipe, from_round: int) -> None:
                                {"round": index, "model": model, "recipe": digest})
     summary.log_line(f"run {recipe.name}: {recipe.rounds} rounds done, model {model}",
                      echo=True)
-
-
-def _usage(message: str) -> int:
-    print(f"spade run: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _marker(run_dir: Path, index: int) -> dict | None:
