@@ -59,9 +59,11 @@ class Session:
     def __init__(self, base_dir):
         self.base_dir = base_dir
         self.env = None
+        # compiled at start-up (which a worker pool overlaps with other work), not per load
+        self.tool_base = self._tool_base()
 
     def load(self, source):
-        namespace = {"__name__": "spade_env", "ToolUseBaseEnv": self._tool_base()}
+        namespace = {"__name__": "spade_env", "ToolUseBaseEnv": self.tool_base}
         code = compile(source, "<env>", "exec")
         exec(code, namespace)
         base = namespace["ToolUseBaseEnv"]

@@ -47,6 +47,7 @@ def rollout(
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
+    from sandbox.pool import WorkerPool
     from stages import rollout as stage
     from stages.backends import Sampling, load_backend
     from stages.shards import Stats, find_shards, run_stage
@@ -66,9 +67,15 @@ def rollout(
         loaded = []
 
         def transform(envs):
-            if not loaded:
-                loaded.append(load_backend(spec))
-            for record in stage.run(envs, loaded[0], cfg):
+            envs = list(envs)
+            # jails start on background threads while the model loads
+            with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays) as pool:
+                if not loaded:
+                    loaded.append(load_backend(spec))
+                yield from play(envs, loaded[0], pool)
+
+        def play(envs, backend, pool):
+            for record in stage.run(envs, backend, cfg, pool):
                 if record.outcome != "ok":
                     stats.reasons[record.outcome] += 1
                 stats.extra["wins"] = stats.extra.get("wins", 0) + (record.reward > 0)

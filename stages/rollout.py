@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable, Worker
+from sandbox.pool import WorkerPool
 from stages import prompts
 from stages.backends import Backend, Sampling
 from stages.records import Env, Failure, Rollout, Turn
@@ -87,9 +88,9 @@ class Episode:
         self.last_reward, self.terminated, self.truncated = 0.0, False, False
 
     # -- env side (runs in a thread of the env pool) ------------------------------------------
-    def open(self) -> None:
-        self.worker = Worker(self.cfg.sandbox)
-        self.worker.start()
+    def open(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.worker = pool.take()
         loaded = self.worker.call("load", source=self.env.source)
         if not loaded.ok:
             return self.fail(loaded)
@@ -159,7 +160,7 @@ class Episode:
 
     def close(self) -> None:
         if self.worker is not None:
-            self.worker.close()
+            self.pool.retire(self.worker)
             self.worker = None
 
 
@@ -176,13 +177,22 @@ def _finite(value) -> float:
     return number if number == number and abs(number) != float("inf") else 0.0
 
 
-def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Rollout]:
-    """Play every env `cfg.plays` times; yield rollouts in (env, play) order."""
+def run(envs: Iterable[Env], backend: Backend, cfg: Config,
+        pool: WorkerPool | None = None) -> Iterator[Rollout]:
+    """Play every env `cfg.plays` times; yield rollouts in (env, play) order.
+
+    Pass a `pool` started earlier (the CLI starts one while the model loads) to take jail
+    start-up off the critical path; otherwise one is started here."""
+    envs = list(envs)
+    if pool is None:
+        with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * cfg.plays) as own:
+            yield from run(envs, backend, cfg, own)
+        return
     tasks = ((env, play) for env in envs for play in range(cfg.plays))
     pending: dict[int, Rollout] = {}
     next_out, order, calls = 0, 0, 0
     active: list[Episode] = []
-    with ThreadPoolExecutor(max_workers=max(1, min(cfg.concurrency, 16))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(cfg.concurrency, 16))) as threads:
         try:
             exhausted = False
             while active or not exhausted:
@@ -195,7 +205,7 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Rollout]
                     fresh.append(Episode(order, task[0], task[1], cfg, backend.policy))
                     order += 1
                 active += fresh  # before opening, so `finally` closes them if an open raises
-                list(pool.map(Episode.open, fresh))
+                list(threads.map(lambda episode: episode.open(pool), fresh))
                 for episode in [e for e in active if e.result is not None]:
                     pending[episode.order] = episode.result
                 active = [e for e in active if e.result is None]
@@ -206,7 +216,7 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Rollout]
                     calls += 1
                     completions = backend.chat([e.messages for e in active], sampling,
                                                [e.env.tools or None for e in active])
-                    list(pool.map(Episode.act, active, completions))
+                    list(threads.map(Episode.act, active, completions))
                     for episode in [e for e in active if e.result is not None]:
                         pending[episode.order] = episode.result
                     active = [e for e in active if e.result is None]

@@ -1,0 +1,70 @@
+"""A pool of started jail workers, so a play rarely waits for a jail to start.
+
+In: a Sandbox and how many workers to keep ready. Out: `take()` hands out a started worker.
+Guarantees: workers are env-agnostic until `load`, so which play gets which worker changes no
+result (runs stay reproducible); starting happens on background threads, overlapping with
+model loading and generation; `close()` stops every worker it still holds; a jail that cannot
+start surfaces as SandboxUnavailable from `take()`. Each worker serves exactly one play: a pool
+never hands a used worker out again, and `retire()` stops used ones off the critical path.
+"""
+
+from __future__ import annotations
+
+import queue
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from sandbox.jail import Sandbox, Worker
+
+
+class WorkerPool:
+    def __init__(self, sandbox: Sandbox, ready: int, plays: int | None = None):
+        """Keep `ready` workers started; start no more than `plays` in all, when known."""
+        self.sandbox = sandbox
+        self.budget = plays
+        self.ready: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jail-start")
+        self.pending: list[Future] = []
+        self.retired: list[Future] = []
+        for _ in range(ready):
+            self._start_one()
+
+    def _start_one(self) -> None:
+        if self.budget is not None:
+            if self.budget <= 0:
+                return
+            self.budget -= 1
+        future = self.starter.submit(self._started)
+        self.pending.append(future)
+        self.ready.put(future)
+
+    def _started(self) -> Worker:
+        worker = Worker(self.sandbox)
+        worker.start()
+        return worker
+
+    def take(self) -> Worker:
+        """A started worker; a replacement starts in the background while plays remain."""
+        try:
+            future = self.ready.get_nowait()
+        except queue.Empty:  # more plays than announced: start one here
+            return self._started()
+        self.pending.remove(future)
+        self._start_one()
+        return future.result()
+
+    def retire(self, worker: Worker) -> None:
+        """Stop a used worker on a background thread: a finished play does not wait for it."""
+        self.retired.append(self.starter.submit(worker.close))
+
+    def close(self) -> None:
+        self.starter.shutdown(wait=True)
+        for future in self.pending:
+            if future.exception() is None:
+                future.result().close()
+        self.pending.clear()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
