@@ -46,10 +46,13 @@ class VLLMBackend:
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         tools = tools or [None] * len(conversations)
         prompts = [self.render(m, t) for m, t in zip(conversations, tools)]
-        params = self.vllm.SamplingParams(
+        # vLLM seeds each request on its own: one shared seed would give identical prompts
+        # (plays of an env whose first observation ignores the seed) identical samples
+        params = [self.vllm.SamplingParams(
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_tokens, seed=sampling.seed, stop=list(sampling.stop),
-            include_stop_str_in_output=True, logprobs=0)
+            max_tokens=sampling.max_tokens, stop=list(sampling.stop),
+            seed=None if sampling.seed is None else sampling.seed + index,
+            include_stop_str_in_output=True, logprobs=0) for index in range(len(prompts))]
         requests = [{"prompt_token_ids": ids} for ids in prompts]
         results = self.llm.generate(requests, params, use_tqdm=False)
         completions = []
