@@ -37,9 +37,15 @@ class OpenAIBackend:
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         tools = tools or [None] * len(conversations)
+
+        def one(index: int) -> Completion:
+            # a seed per request: one shared seed would give identical prompts identical samples
+            seed = None if sampling.seed is None else sampling.seed + index
+            return self._one(conversations[index], tools[index],
+                             Sampling(**{**sampling.__dict__, "seed": seed}))
+
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda pair: self._one(pair[0], pair[1], sampling),
-                                 zip(conversations, tools)))
+            return list(pool.map(one, range(len(conversations))))
 
     def _one(self, messages, tools, sampling: Sampling) -> Completion:
         body = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
