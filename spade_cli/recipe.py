@@ -182,71 +182,106 @@ class Loop:
         previous = f"{self.run}/memory/r{round - 1:02d}.jsonl"
         return previous if round > 0 else f"{self.run}/memory/seed.jsonl"
 
+    @property
+    def attempts(self) -> int:
+        design = self.recipe.stage("design")
+        return design.attempts if design else 0
+
     def round(self, round: int, model: str) -> str:
         """Emit one round's commands; returns the model for the next round."""
-        recipe, start = self.recipe, self.design_round(round)
-        first, last = round == start, (round - start == recipe.window - 1
-                                       or round == recipe.rounds - 1)
-        design, validate = recipe.stage("design"), recipe.stage("validate")
-        attempts = design.attempts if design else 0
-        if first and design and validate:
-            for attempt in range(attempts):
-                retry = [] if attempt == 0 else ["--retry", self.dir(round, f"validate-a{attempt - 1}")]
-                out = self.dir(round, f"design-a{attempt}")
-                self.call(self.argv(design, round, ["--round", str(round), "--model", model,
-                                                    "--memory", self.memory_in(round), "-o", out]
-                                    + retry, []), f"design attempt {attempt + 1}/{attempts}")
-                self.call(self.argv(validate, round, ["-o", self.dir(round, f"validate-a{attempt}")],
-                                    [out]), f"validate attempt {attempt + 1}/{attempts}")
-                if not self.produced(self.dir(round, f"validate-a{attempt}"), "validation"):
-                    break  # every slot has a valid env: no attempt left to make
-        checked = [self.dir(start, f"validate-a{a}") for a in range(attempts)]
-        validated = [path for path in checked if self.produced(path, "env")]
-        pool = validated + ([self.template(recipe.start_pool, start)]
-                            if recipe.start_pool and start == 0 else [])
-        hint = recipe.stage("hint")
-        envs = [self.dir(start, "hint")] if hint else pool
-        if first and hint and pool:
+        start = self.design_round(round)
+        first = round == start
+        if first:
+            self.design_and_validate(round, model)
+        checked = [self.dir(start, f"validate-a{a}") for a in range(self.attempts)]
+        envs = self.env_set(round, start, model, checked, first)
+        self.rollouts(round, model, envs, first)
+        self.score(round, start, envs, checked)
+        model = self.train(round, start, model)
+        self.evaluate(round, model)
+        return model
+
+    def design_and_validate(self, round: int, model: str) -> None:
+        """Up to `attempts` passes; later ones redesign only the slots still rejected."""
+        design, validate = self.recipe.stage("design"), self.recipe.stage("validate")
+        if not (design and validate):
+            return
+        for attempt in range(self.attempts):
+            retry = [] if attempt == 0 else ["--retry", self.dir(round, f"validate-a{attempt - 1}")]
+            out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
+            label = f"attempt {attempt + 1}/{self.attempts}"
+            self.call(self.argv(design, round, ["--round", str(round), "--model", model,
+                                                "--memory", self.memory_in(round), "-o", out]
+                                + retry, []), f"design {label}")
+            self.call(self.argv(validate, round, ["-o", checked], [out]), f"validate {label}")
+            if not self.produced(checked, "validation"):
+                break  # every slot has a valid env: no attempt left to make
+
+    def env_set(self, round: int, start: int, model: str, checked: list[str],
+                first: bool) -> list[str]:
+        """The env shards this set plays (hinted by the designer in its first round)."""
+        pool = [path for path in checked if self.produced(path, "env")]
+        if self.recipe.start_pool and start == 0:
+            pool.append(self.template(self.recipe.start_pool, start))
+        hint = self.recipe.stage("hint")
+        if not hint:
+            return pool
+        envs = [self.dir(start, "hint")]
+        if first and pool:
             self.call(self.argv(hint, round, ["--model", model, "-o", envs[0]], pool), "hint")
+        return envs
+
+    def rollouts(self, round: int, model: str, envs: list[str], first: bool) -> None:
+        if not any(self.produced(e, "env") for e in envs):
+            return
         for hinted in (True, False):
-            stage = recipe.stage("rollout", hint=hinted)
+            stage = self.recipe.stage("rollout", hint=hinted)
             if stage and (first or not hinted):
                 out = self.dir(round, "rollout-hint" if hinted else "rollout")
-                flag = "--hint" if hinted else "--no-hint"
-                wired = [flag, "--round", str(round), "--model", model, "-o", out]
-                if any(self.produced(e, "env") for e in envs):
-                    self.call(self.argv(stage, round, wired, envs),
-                              f"rollout {'with' if hinted else 'without'} hint")
-        score = recipe.stage("score-regret")
-        if score:
-            rollouts = [self.dir(start, "rollout-hint")] + [self.dir(r, "rollout")
-                                                            for r in range(start, round + 1)]
-            history = [self.dir(r, "score-regret") for r in range(round)]
-            wired = ["--round", str(round), "--window", str(recipe.window), "--memory",
-                     self.memory_in(round), "--memory-out", f"{self.run}/memory/r{round:02d}.jsonl",
-                     "-o", self.dir(round, "score-regret")]
-            # every reject is a designer sample too: it earns the invalid penalty
-            inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
-            if inputs:
-                self.call(self.argv(score, round, wired, inputs), "score-regret")
-        train = recipe.stage("train-grpo")
-        if train:
-            designs = [self.dir(start, f"design-a{a}") for a in range(attempts)] if last else []
-            inputs = [p for p in [self.dir(round, "rollout"),
-                                  *([self.dir(round, "score-regret")] if last else []), *designs]
-                      if self.produced(p, None)]
-            out = self.dir(round, "train-grpo")
-            if inputs:
-                self.call(self.argv(train, round, ["--model", model, "--ckpt-dir",
-                                                   f"{self.run}/ckpt", "--round", str(round),
-                                                   "-o", out], inputs), "train-grpo")
-                model = self.model_after_train(out, model)
-        evaluate = recipe.stage("eval")
-        if evaluate and (round % evaluate.every == evaluate.every - 1 or round == recipe.rounds - 1):
+                wired = ["--hint" if hinted else "--no-hint", "--round", str(round),
+                         "--model", model, "-o", out]
+                self.call(self.argv(stage, round, wired, envs),
+                          f"rollout {'with' if hinted else 'without'} hint")
+
+    def score(self, round: int, start: int, envs: list[str], checked: list[str]) -> None:
+        score = self.recipe.stage("score-regret")
+        if not score:
+            return
+        rollouts = [self.dir(start, "rollout-hint")] + [self.dir(r, "rollout")
+                                                        for r in range(start, round + 1)]
+        history = [self.dir(r, "score-regret") for r in range(round)]
+        wired = ["--round", str(round), "--window", str(self.recipe.window), "--memory",
+                 self.memory_in(round), "--memory-out", f"{self.run}/memory/r{round:02d}.jsonl",
+                 "-o", self.dir(round, "score-regret")]
+        # every reject is a designer sample too: it earns the invalid penalty
+        inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
+        if inputs:
+            self.call(self.argv(score, round, wired, inputs), "score-regret")
+
+    def train(self, round: int, start: int, model: str) -> str:
+        """Agent samples of this round; the set's designer samples at its window's end."""
+        train = self.recipe.stage("train-grpo")
+        if not train:
+            return model
+        last = round - start == self.recipe.window - 1 or round == self.recipe.rounds - 1
+        delayed = [self.dir(round, "score-regret")] + [
+            self.dir(start, f"design-a{a}") for a in range(self.attempts)] if last else []
+        inputs = [p for p in [self.dir(round, "rollout"), *delayed] if self.produced(p, None)]
+        if not inputs:
+            return model
+        out = self.dir(round, "train-grpo")
+        self.call(self.argv(train, round, ["--model", model, "--ckpt-dir", f"{self.run}/ckpt",
+                                           "--round", str(round), "-o", out], inputs),
+                  "train-grpo")
+        return self.model_after_train(out, model)
+
+    def evaluate(self, round: int, model: str) -> None:
+        evaluate = self.recipe.stage("eval")
+        if evaluate and (round % evaluate.every == evaluate.every - 1
+                         or round == self.recipe.rounds - 1):
             suite = evaluate.options.get("suite", "eval")
             self.call(self.argv(evaluate, round, ["--round", str(round), "--model", model, "-o",
                                                   self.dir(round, f"eval-{suite}")], []), "eval")
-        return model
 
 
 def resolved(recipe: Recipe) -> dict[str, Any]:
