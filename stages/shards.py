@@ -193,7 +193,8 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
 
     `out` is `-` (stdout, streaming, no resume), a file named `*.jsonl[.gz|.zst]` (every
     record in one file, written atomically), or a directory (one output file per produced kind
-    per input shard, resumable). Records are counted into `stats`.
+    per input shard, resumable). Records are counted into `stats`. With `kinds`, records of
+    other kinds pass by; a shard holding none of `kinds` is a RecordError.
     """
 
     def counted(records: Iterator[Record]) -> Iterator[Record]:
