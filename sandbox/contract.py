@@ -16,6 +16,7 @@ import ast
 import math
 import random
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -61,9 +62,15 @@ def extract(text: str) -> str:
     return max(blocks, key=len).strip("\n") + "\n"
 
 
+_AST_LOCK = threading.Lock()
+
+
 def parse(source: str) -> ast.Module:
+    # CPython 3.11's AST constructor keeps a recursion counter that concurrent ast.parse calls
+    # corrupt ("AST constructor recursion depth mismatch"); validate runs checks in threads.
     try:
-        return ast.parse(source)
+        with _AST_LOCK:
+            return ast.parse(source)
     except SyntaxError as exc:
         raise ContractError("parse", f"line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # null bytes
