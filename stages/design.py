@@ -20,7 +20,7 @@ from stages import memory as memory_store
 from stages import prompts
 from stages.backends import Backend, Sampling
 from stages.corpus import Document, Sampler
-from stages.records import Design, Memory, Validation
+from stages.records import Design, Memory, Validation, derive_seed
 from stages.skills import SKILLS
 
 DIFFICULTY_STEPS = {"easy": 2, "medium": 3, "hard": 6}
@@ -109,8 +109,8 @@ def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: 
     if not slots:
         return
     attempt_key = min(s.attempt for s in slots)
-    sampler = Sampler(documents, seed=hash_seed(cfg.seed, cfg.round, attempt_key))
-    rng = random.Random(hash_seed(cfg.seed, cfg.round, attempt_key, 1))
+    sampler = Sampler(documents, seed=derive_seed(cfg.seed, cfg.round, attempt_key))
+    rng = random.Random(derive_seed(cfg.seed, cfg.round, attempt_key, 1))
     built = []
     for slot in slots:
         doc = sampler.next()
@@ -118,7 +118,7 @@ def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: 
         built.append((slot, doc, text, memory_ids, meta))
     conversations = [[{"role": "user", "content": text}] for _, _, text, _, _ in built]
     sampling = Sampling(**{**cfg.sampling.__dict__,
-                           "seed": hash_seed(cfg.seed, cfg.round, attempt_key, 2)})
+                           "seed": derive_seed(cfg.seed, cfg.round, attempt_key, 2)})
     completions = backend.chat(conversations, sampling)
     for (slot, doc, text, memory_ids, meta), done in zip(built, completions):
         yield Design(domain=cfg.domain, skill=slot.skill, difficulty=cfg.difficulty,
@@ -129,10 +129,3 @@ def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: 
                      parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason,
                            "temperature": cfg.sampling.temperature})
 
-
-def hash_seed(*parts: int) -> int:
-    """A stable 31-bit seed from integers (Python's hash() of tuples is stable for ints)."""
-    value = 0
-    for part in parts:
-        value = (value * 1_000_003 + int(part)) % 2_147_483_647
-    return value

@@ -227,6 +227,12 @@ def content_hash(content: Any) -> str:
     return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from any parts (unlike hash(), the same in every process)."""
+    key = ":".join(str(part) for part in parts).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
 def parse(data: Any, kinds: set[str] | None = None) -> Record:
     """Validate one decoded JSON object; raise RecordError naming the field on failure."""
     if not isinstance(data, dict):

@@ -15,7 +15,6 @@ advantage, the agent's advantages. Guarantees: never NaN or inf; every constant 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from statistics import fmean, pstdev
 from typing import Sequence
@@ -108,8 +107,3 @@ def agent_advantages(rewards: Sequence[float], cfg: RewardConfig) -> list[float]
     mu, sigma = fmean(rewards), pstdev(rewards)
     return [(r - mu) / (sigma + cfg.adv_eps) for r in rewards]
 
-
-def finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError(f"non-finite value {value}")
-    return value

@@ -21,7 +21,6 @@ the same backend, model and concurrency reproduces the plays.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable, Worker
 from sandbox.pool import WorkerPool
 from stages import prompts
 from stages.backends import Backend, Sampling
-from stages.records import Env, Failure, Rollout, Turn
+from stages.records import Env, Failure, Rollout, Turn, derive_seed
 
 MAX_TURNS_CAP = 25
 
@@ -51,8 +50,7 @@ class Config:
 
 
 def play_seed(env_id: str, hint: bool, play: int, round: int, seed: int) -> int:
-    key = f"{env_id}:{int(hint)}:{play}:{round}:{seed}".encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+    return derive_seed(env_id, int(hint), play, round, seed)
 
 
 def last_boxed(text: str) -> str | None:

@@ -242,7 +242,7 @@ def update(policy: Policy, samples: list[Sample], cfg: Config, step0: int) -> It
     # The first optimizer batch sees the start policy itself: its training forward gives the
     # start logprobs for free. Only later batches need a separate no-grad pass (and every
     # batch does when dropout would make the two forwards differ).
-    free = set() if _has_dropout(policy.model) else set(order[:cfg.batch_size])
+    free = set() if _has_dropout(policy) else set(order[:cfg.batch_size])
     start_logps: list = [None] * len(samples)
     later = [i for i in order if i not in free]
     for index, logp in zip(later, _start_logprobs(policy, [samples[i] for i in later], cfg)):
@@ -255,10 +255,10 @@ def update(policy: Policy, samples: list[Sample], cfg: Config, step0: int) -> It
                                   start_logps, cfg, step)
 
 
-def _has_dropout(model) -> bool:
-    torch = __import__("torch")
+def _has_dropout(policy: Policy) -> bool:
+    model, dropout = policy.model, policy.torch.nn.Dropout
     config = getattr(model, "config", None)
-    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or \
+    return any(isinstance(m, dropout) and m.p > 0 for m in model.modules()) or \
         float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0
 
 

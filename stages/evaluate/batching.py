@@ -10,19 +10,14 @@ with the same backend reproduces the run.
 
 from __future__ import annotations
 
-import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stages import prompts
 from stages.backends import Backend, Completion, Sampling
+from stages.records import derive_seed
 
 if TYPE_CHECKING:
     from stages.evaluate import Config
-
-
-def _seed(*parts: Any) -> int:
-    key = ":".join(str(p) for p in parts).encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
 
 class Chat:
@@ -37,7 +32,7 @@ class Chat:
         size = max(1, self.cfg.batch_size)
         for start in range(0, len(conversations), size):
             sampling = Sampling(**{**self.cfg.sampling.__dict__,
-                                   "seed": _seed("eval", self.cfg.suite, self.cfg.seed,
+                                   "seed": derive_seed("eval", self.cfg.suite, self.cfg.seed,
                                                  self.calls)})
             self.calls += 1
             out += self.backend.chat(conversations[start:start + size], sampling,

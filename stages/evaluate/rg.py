@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from stages.backends import Backend, BackendUnavailable
-from stages.evaluate.batching import Chat, _seed, answer_prompt, boxed_answer
+from stages.evaluate.batching import Chat, answer_prompt, boxed_answer
+from stages.records import derive_seed
 from stages.evaluate.helpers import Helper, HelperError, HelperTimeout
 from stages.evaluate.rollup import _count, _unit, failed_item, item
 from stages.records import Eval
@@ -264,7 +265,7 @@ def require_reasoning_gym():
 
 
 def rg_seed(task: RGTask, seed: int) -> int:
-    return _seed("rg", task.id, seed)
+    return derive_seed("rg", task.id, seed)
 
 
 @contextmanager
