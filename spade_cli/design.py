@@ -23,7 +23,10 @@ def design(
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Envs to design.")] = 24,
     round: Round = 0,
     active_skills: Annotated[int, typer.Option(min=1, max=6,
-                                               help="Skills active this round.")] = 3,
+                                               help="Skills active in this env set.")] = 3,
+    every: Annotated[int | None, typer.Option(
+        min=1, help="k, the rounds an env set lives (default 4 for games, 8 for tool use): "
+                    "skills rotate by env set, round // k.")] = None,
     difficulty: Annotated[str, typer.Option(help="easy, medium or hard.")] = "medium",
     corpus: Annotated[str | None, typer.Option(
         help="Corpus: JSONL (text/orig_doc), a directory of .txt/.md, or builtin:games / "
@@ -47,7 +50,7 @@ def design(
 ) -> None:
     """Prompt the Environment Designer for new env programs, one per slot.
 
-    Skills rotate by round; each slot gets one corpus document and memory examples. With
+    Skills rotate by env set (round // k); each slot gets one corpus document and memory examples. With
     --retry, only the slots whose previous attempt `spade validate` rejected are designed again.
     """
     from spade_cli.errors import UsageError, errors_to_exit
@@ -64,7 +67,7 @@ def design(
             raise UsageError(f"--difficulty must be one of {', '.join(stage.DIFFICULTY_STEPS)}")
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(domain=domain, batch=batch, round=round, active_skills=active_skills,
-                           difficulty=difficulty, seed=seed, max_attempts=max_attempts,
+                           every=every, difficulty=difficulty, seed=seed, max_attempts=max_attempts,
                            prompts_dir=prompts, sampling=Sampling(
                                temperature=temperature, top_p=top_p, top_k=top_k,
                                max_tokens=max_tokens))
@@ -78,7 +81,8 @@ def design(
             slots = stage.fresh_slots(cfg)
         inputs = [s.digest() for s in find_shards(([memory] if memory else []) + (retry or []))]
         config = {"backend": backend, "model": model, "domain": domain, "batch": batch,
-                  "round": round, "active_skills": active_skills, "difficulty": difficulty,
+                  "round": round, "active_skills": active_skills,
+                  "env_set": stage.env_set_index(cfg), "difficulty": difficulty,
                   "corpus": corpus, "seed": seed, "temperature": temperature, "top_p": top_p,
                   "top_k": top_k, "max_tokens": max_tokens, "inputs": inputs,
                   "slots": [(s.slot, s.attempt) for s in slots]}

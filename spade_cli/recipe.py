@@ -14,8 +14,9 @@ uninterrupted run writes.
 The loop (k = the design stage's `every`): a round r starts an env set when r % k == 0: design
 (with up to `attempts` design/validate passes: later passes redesign only rejected slots),
 validate, hint, hinted rollouts. Every round: no-hint rollouts, score-regret (regret from the
-set's hinted round, win over the window), train-grpo (agent samples of this round; the set's
-designer samples at the window's last round, k rounds after they were drawn). Eval every
+set's hinted round, win over the window), train-grpo (agent samples of this round; a set's
+designer samples at round t + k, k rounds after they were drawn, with the score of the set's
+last round; the final round flushes the open set). Eval every
 `every` rounds of the eval stage.
 """
 
@@ -34,7 +35,7 @@ SCHEMA = "spade.recipe/v1"
 RUNNER_KEYS = {"command", "every", "attempts", "args"}
 COMMANDS = ("design", "validate", "hint", "rollout", "score-regret", "train-grpo", "eval")
 # Options the runner sets itself, per command: a recipe must not set them.
-WIRED = {"design": {"round", "model", "out", "retry", "memory"},
+WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
          "validate": {"out"}, "hint": {"model", "out"}, "rollout": {"round", "model", "out", "hint"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
          "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
@@ -210,7 +211,8 @@ class Loop:
             retry = [] if attempt == 0 else ["--retry", self.dir(round, f"validate-a{attempt - 1}")]
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
-            self.call(self.argv(design, round, ["--round", str(round), "--model", model,
+            self.call(self.argv(design, round, ["--round", str(round), "--every",
+                                                str(self.recipe.window), "--model", model,
                                                 "--memory", self.memory_in(round), "-o", out]
                                 + retry, []), f"design {label}")
             self.call(self.argv(validate, round, ["-o", checked], [out]), f"validate {label}")
@@ -253,20 +255,22 @@ class Loop:
         wired = ["--round", str(round), "--window", str(self.recipe.window), "--memory",
                  self.memory_in(round), "--memory-out", f"{self.run}/memory/r{round:02d}.jsonl",
                  "-o", self.dir(round, "score-regret")]
-        # every reject is a designer sample too: it earns the invalid penalty
+        # rejects are read so that a recipe's `reject-penalty` can score them (default: discarded)
         inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
         if inputs:
             self.call(self.argv(score, round, wired, inputs), "score-regret")
 
     def train(self, round: int, start: int, model: str) -> str:
-        """Agent samples of this round; the set's designer samples at its window's end."""
+        """Agent samples of this round; designer samples k rounds after they were drawn."""
         train = self.recipe.stage("train-grpo")
         if not train:
             return model
-        last = round - start == self.recipe.window - 1 or round == self.recipe.rounds - 1
-        delayed = [self.dir(round, "score-regret")] + [
-            self.dir(start, f"design-a{a}") for a in range(self.attempts)] if last else []
-        inputs = [p for p in [self.dir(round, "rollout"), *delayed] if self.produced(p, None)]
+        inputs = [self.dir(round, "rollout")]
+        for set_start in self.designer_sets_due(round, start):
+            inputs += [self.dir(set_start + self.recipe.window - 1, "score-regret")
+                       if set_start < start else self.dir(round, "score-regret")]
+            inputs += [self.dir(set_start, f"design-a{a}") for a in range(self.attempts)]
+        inputs = [p for p in inputs if self.produced(p, None)]
         if not inputs:
             return model
         out = self.dir(round, "train-grpo")
@@ -274,6 +278,14 @@ class Loop:
                                            "--round", str(round), "-o", out], inputs),
                   "train-grpo")
         return self.model_after_train(out, model)
+
+    def designer_sets_due(self, round: int, start: int) -> list[int]:
+        """Env sets whose designer samples train this round: the set drawn at t trains at t + k
+        (the reference's delay), scored over its whole window; the last round flushes the set
+        still open, scored over the rounds it had."""
+        k = self.recipe.window
+        due = [start - k] if round == start and start >= k else []
+        return due + ([start] if round == self.recipe.rounds - 1 else [])
 
     def evaluate(self, round: int, model: str) -> None:
         evaluate = self.recipe.stage("eval")

@@ -26,8 +26,11 @@ def score_regret(
     plateau_weight: Annotated[float, typer.Option(help="Blend weight of plateau(win).")] = 0.6,
     band: Annotated[tuple[float, float], typer.Option(help="Win band where plateau is 1.")] = (0.4, 0.6),
     ramp: Annotated[tuple[float, float], typer.Option(help="Wins where plateau reaches 0.")] = (0.15, 0.85),
-    invalid_penalty: Annotated[float, typer.Option(help="Designer reward of rejected or "
-                                                        "broken envs.")] = 0.0,
+    invalid_penalty: Annotated[float, typer.Option(help="Designer reward of an env whose "
+                                                        "plays mostly broke.")] = 0.0,
+    reject_penalty: Annotated[float | None, typer.Option(
+        help="Score rejected designs with this reward (they are then trained); by default "
+             "they are discarded, as in the paper.")] = None,
     scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
     memory: Annotated[str | None, typer.Option(help="Memory shard to update (needs the env "
                                                     "records among the inputs).")] = None,
@@ -55,6 +58,7 @@ def score_regret(
                                regret_weight=regret_weight, plateau_weight=plateau_weight,
                                band_low=band[0], band_high=band[1], ramp_low=ramp[0],
                                ramp_high=ramp[1], invalid_penalty=invalid_penalty,
+                               reject_penalty=reject_penalty,
                                scale_cap=scale_cap)
         cfg = stage.Config(round=round, window=window, rewards=rewards)
         kinds = {"rollout", "env", "validation", "regret"}

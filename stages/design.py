@@ -5,8 +5,9 @@ for retries the `validation` rejects of an earlier attempt.
 Out: one `design` record per slot: the prompt, the completion with its token ids and sampling
 logprobs (the designer is trained on them), skill, difficulty, round, slot, attempt, the corpus
 document and memory entries it saw (lineage). `spade validate` extracts and checks the code.
-Guarantees: skills rotate (`active_skills` of the domain's six per round, slots spread over
-them); one corpus document per attempt, without replacement; everything is seeded from
+Guarantees: skills rotate by env set (`active_skills` of the domain's six for the set that starts
+at `round`, the set index being round // k, so consecutive sets cover every skill; slots spread
+over them); one corpus document per attempt, without replacement; everything is seeded from
 (seed, round, attempt), so a rerun with the same model reproduces the prompts exactly.
 """
 
@@ -24,6 +25,8 @@ from stages.records import Design, Memory, Validation, derive_seed
 from stages.skills import SKILLS
 
 DIFFICULTY_STEPS = {"easy": 2, "medium": 3, "hard": 6}
+# k, the rounds an env set lives: 4 for games, 8 for tool use (paper; reference launchers)
+SET_LIFE = {"game": 4, "tool_use": 8}
 APP_DOMAINS = ("online retail orders", "calendar and meeting booking", "file storage",
                "banking and transfers", "library loans", "flight and travel booking",
                "customer support tickets", "smart home devices", "restaurant reservations",
@@ -45,6 +48,7 @@ class Config:
     batch: int = 24
     round: int = 0
     active_skills: int = 3
+    every: int | None = None  # k; None = SET_LIFE of the domain
     difficulty: str = "medium"
     seed: int = 0
     max_attempts: int = 5
@@ -59,14 +63,20 @@ class Slot:
     skill: str
 
 
-def active_skills(domain: str, round: int, count: int) -> list[str]:
-    """Round-robin over the domain's skills: `count` of them are active in each round."""
+def active_skills(domain: str, env_set: int, count: int) -> list[str]:
+    """Round-robin over the domain's skills: `count` of them are active in each env set, the
+    window advancing by `count` from one set to the next (keyed on the set, not the round: with
+    rounds 0, k, 2k... and k a multiple of 6 / count, a round key would never move)."""
     names = list(SKILLS[domain])
-    return [names[(round * count + i) % len(names)] for i in range(count)]
+    return [names[(env_set * count + i) % len(names)] for i in range(count)]
+
+
+def env_set_index(cfg: Config) -> int:
+    return cfg.round // (cfg.every or SET_LIFE[cfg.domain])
 
 
 def fresh_slots(cfg: Config) -> list[Slot]:
-    skills = active_skills(cfg.domain, cfg.round, cfg.active_skills)
+    skills = active_skills(cfg.domain, env_set_index(cfg), cfg.active_skills)
     return [Slot(i, 0, skills[i * len(skills) // cfg.batch]) for i in range(cfg.batch)]
 
 

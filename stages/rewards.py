@@ -8,7 +8,9 @@ advantage, the agent's advantages. Guarantees: never NaN or inf; every constant 
 - regret_n = clip(regret / regret_scale, 0, 1)
 - plateau(win) = 1 on [band_low, band_high], linear to 0 at ramp_low and at ramp_high
 - designer raw (variant "blend") = regret_weight * regret_n + plateau_weight * plateau(win);
-  "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - EMA(skill)|
+  "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - mu(skill)|
+  with mu <- (1 - gamma) * mu + gamma * (the skill's mean reward), updated with the current
+  window before scoring (reference: learning_potential.py, delayed_env_rewards.py)
 - designer advantage = (raw - mean raw of the same skill in the batch) * scale, scale capped
 - agent advantage = (reward - mean) / (std + eps) within the plays of one env
 """
@@ -32,9 +34,10 @@ class RewardConfig:
     band_high: float = 0.6
     ramp_low: float = 0.15
     ramp_high: float = 0.85
-    success_threshold: float = 0.0  # a play counts as a win when its reward is above this
-    ema_gamma: float = 0.85  # learning potential: slow EMA of the skill's win rate
-    invalid_penalty: float = 0.0  # designer raw reward for rejected or broken envs
+    failed_play_reward: float = -1.0  # win counts a play the env broke as this (reference)
+    ema_gamma: float = 0.85  # learning potential: weight of the newest skill mean (gamma_slow)
+    invalid_penalty: float = 0.0  # designer raw reward for envs whose plays mostly broke
+    reject_penalty: float | None = None  # None: rejected designs are discarded, never trained
     scale_cap: float = 50.0
     adv_eps: float = 1e-8
 
@@ -80,7 +83,8 @@ def designer_raw(win: float, regret_value: float, cfg: RewardConfig,
 
 
 def ema(previous: float | None, value: float, gamma: float) -> float:
-    return value if previous is None else gamma * previous + (1 - gamma) * value
+    """gamma weights the new value, as in the reference's trackers; the first value starts it."""
+    return value if previous is None else (1 - gamma) * previous + gamma * value
 
 
 def designer_advantages(raws: Sequence[float], skills: Sequence[str], scale: float,
@@ -94,7 +98,9 @@ def designer_advantages(raws: Sequence[float], skills: Sequence[str], scale: flo
 
 
 def designer_scale(agent_samples: int, envs: int, window: int, cfg: RewardConfig) -> float:
-    """Weight designer samples like the agent samples they stand for: N_agent/N_env * k."""
+    """Weight designer samples like the agent samples they stand for: N_agent/N_env * k, with
+    N_agent the no-hint plays of the round and N_env the designer samples scored (paper
+    settings: 192 / 24 * 4 = 32)."""
     if envs == 0:
         return 0.0
     return min(agent_samples / envs * window, cfg.scale_cap)

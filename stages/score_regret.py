@@ -1,15 +1,17 @@
 """score-regret: per env, how much the hint helped and what the designer earns for it.
 
 In: `rollout` records (hinted and no-hint plays, any rounds), `env` records (skill, lineage),
-optionally `validation` rejects (designs that earn the invalid penalty) and earlier `regret`
-records (the per-skill win-rate EMA of the learning-potential variant).
-Out: one `regret` record per env with plays and one per rejected design, in first-seen order:
-hint and no-hint means, regret, regret_n, win, plateau, designer raw reward and advantage, the
-design id the reward belongs to; plus round diagnostics in `Diagnostics`.
+optionally `validation` rejects (scored only when `reject_penalty` is set) and earlier `regret`
+records (the per-skill reward EMA of the learning-potential variant).
+Out: one `regret` record per env with plays (and, with a reject penalty, one per rejected
+design), in first-seen order: hint and no-hint means, regret, regret_n, win, plateau, designer
+raw reward and advantage, the design id the reward belongs to; plus round diagnostics.
 Guarantees: pure (no I/O) and deterministic; matched timing: regret compares hinted plays with
-the no-hint plays of the round the hinted plays were made in; win uses every no-hint play of
-the window [round - window + 1, round]; an env whose plays mostly ended in a sandbox failure
-outcome (crash, hang, memory, output) earns the invalid penalty like a rejected design.
+the no-hint plays of the round the hinted plays were made in; win is the mean reward of every
+no-hint play of the window [round - window + 1, round], a play the env broke (crash, hang,
+memory, output) counting -1 as in the reference; an env whose plays mostly broke earns the
+invalid penalty; rejected designs are discarded by default (the paper: they earn nothing), so
+they neither train nor move their skill's mean.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Iterable
 from stages import rewards
 from stages.records import Env, Record, Regret, Rollout, Validation
 from stages.rewards import RewardConfig
+
+ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure")
 
 
 @dataclass(frozen=True)
@@ -60,10 +64,12 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
             rejects.append(record)
         elif isinstance(record, Regret) and record.round < cfg.round:
             history.append(record)
-    skill_ema = _skill_ema(history, cfg.rewards.ema_gamma)
+    skill_ema = _skill_ema(history, _window_means(plays, envs, cfg), cfg.rewards)
     scored = [_score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg) for env_id in plays]
-    scored += [_invalid(reject, cfg) for reject in rejects]
-    n_agent = sum(len(p) for p in plays.values())
+    if cfg.rewards.reject_penalty is not None:
+        scored += [_invalid(reject, cfg) for reject in rejects]
+    n_agent = sum(1 for group in plays.values() for p in group
+                  if not p.hint and p.round == cfg.round)
     scale = rewards.designer_scale(n_agent, max(1, len(scored)), cfg.window, cfg.rewards)
     advantages = rewards.designer_advantages([r.designer_reward for r in scored],
                                              [r.skill for r in scored], scale, cfg.rewards)
@@ -79,11 +85,11 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
     hint_round = max((p.round for p in hinted), default=None)
     hinted = [p for p in hinted if p.round == hint_round]
     matched = [p.reward for p in plays if not p.hint and p.round == hint_round]
-    window = [p for p in plays if not p.hint and cfg.round - cfg.window < p.round <= cfg.round]
-    win = fmean(p.reward > rc.success_threshold for p in window) if window else 0.0
+    window = _window(plays, cfg)
+    win = fmean(_raw(p, rc) for p in window) if window else 0.0
     regret = rewards.regret([p.reward for p in hinted], matched)
     skill = env.skill if env else ""
-    broken = sum(p.outcome not in ("ok",) for p in plays) * 2 > len(plays)
+    broken = sum(p.outcome in ENV_FAULTS for p in plays) * 2 > len(plays)
     raw = rc.invalid_penalty if broken else rewards.designer_raw(win, regret, rc,
                                                                  skill_ema.get(skill))
     design_id = env.parents[0] if env and env.parents else None
@@ -97,24 +103,47 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
                   variant=rc.variant, broken=broken)
 
 
+def _window(plays: list[Rollout], cfg: Config) -> list[Rollout]:
+    return [p for p in plays if not p.hint and cfg.round - cfg.window < p.round <= cfg.round]
+
+
+def _raw(play: Rollout, rc: RewardConfig) -> float:
+    return rc.failed_play_reward if play.outcome in ENV_FAULTS else play.reward
+
+
+def _window_means(plays: dict[str, list[Rollout]], envs: dict[str, Env],
+                  cfg: Config) -> dict[str, float]:
+    """Each skill's mean raw reward over the window's no-hint plays (all its envs pooled)."""
+    by_skill: dict[str, list[float]] = defaultdict(list)
+    for env_id, group in plays.items():
+        skill = envs[env_id].skill if env_id in envs else ""
+        by_skill[skill] += [_raw(p, cfg.rewards) for p in _window(group, cfg)]
+    return {skill: fmean(values) for skill, values in by_skill.items() if values}
+
+
 def _invalid(reject: Validation, cfg: Config) -> Regret:
     design_id = reject.parents[0] if reject.parents else None
     return Regret(env_id="", skill=reject.skill, round=cfg.round, regret=0.0, win=0.0,
-                  designer_reward=cfg.rewards.invalid_penalty, parents=list(reject.parents),
+                  designer_reward=cfg.rewards.reject_penalty, parents=list(reject.parents),
                   policy=reject.policy, design_id=design_id, variant=cfg.rewards.variant,
                   broken=True, rejected_by=reject.check)
 
 
-def _skill_ema(history: list[Regret], gamma: float) -> dict[str, float]:
+def _skill_ema(history: list[Regret], current: dict[str, float],
+               rc: RewardConfig) -> dict[str, float]:
+    """Per skill: the EMA of its mean win over earlier rounds, then updated with the current
+    window (the reference updates its tracker before it scores)."""
     by_round: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in history:
         if record.env_id:
             by_round[record.skill][record.round].append(record.win)
     state: dict[str, float] = {}
-    for skill, rounds in by_round.items():
+    for skill in set(by_round) | set(current):
         value = None
-        for round_index in sorted(rounds):
-            value = rewards.ema(value, fmean(rounds[round_index]), gamma)
+        for round_index in sorted(by_round.get(skill, {})):
+            value = rewards.ema(value, fmean(by_round[skill][round_index]), rc.ema_gamma)
+        if skill in current:
+            value = rewards.ema(value, current[skill], rc.ema_gamma)
         state[skill] = value
     return state
 

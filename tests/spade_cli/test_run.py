@@ -115,3 +115,29 @@ def test_shipped_recipes_parse_and_dry_run(path):
     result = runner.invoke(app, ["run", str(path), "--dry-run", "--rounds", "2"])
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("\nspade train-grpo ") == 2
+
+
+def train_inputs(stdout: str) -> dict[int, list[str]]:
+    """round -> the shard dirs each train-grpo command of a dry run reads."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("spade train-grpo"):
+            words = line.split()
+            round_ = int(words[words.index("--round") + 1])
+            found[round_] = [w.split("/", 2)[-1] for w in words[words.index("-o") + 2:]]
+    return found
+
+
+def test_designer_samples_train_k_rounds_after_they_were_drawn(tmp_path, monkeypatch):
+    """The reference trains the set drawn at t at t + k with its whole window's score; the
+    final round flushes the set still open."""
+    monkeypatch.chdir(make_workspace(tmp_path))  # k = 2
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run", "--rounds", "5"])
+    assert result.exit_code == 0, result.stderr
+    inputs = train_inputs(result.stdout)
+    designs = {r: [p for p in paths if "design-a" in p] for r, paths in inputs.items()}
+    assert designs[0] == designs[1] == designs[3] == []
+    assert designs[2] == ["r00/design-a0", "r00/design-a1"]
+    assert "r01/score-regret" in inputs[2] and "r02/score-regret" not in inputs[2]
+    assert designs[4] == ["r02/design-a0", "r02/design-a1", "r04/design-a0", "r04/design-a1"]
+    assert {"r03/score-regret", "r04/score-regret"} <= set(inputs[4])

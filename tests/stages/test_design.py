@@ -18,10 +18,21 @@ def answer_with_seed_env(messages, tools):
     return f"Here you go.\n```python\n{SEED_SOURCE}```"
 
 
-def test_skills_rotate_three_of_six_per_round():
+def test_skills_rotate_three_of_six_per_env_set():
     rounds = [stage.active_skills("game", r, 3) for r in range(2)]
     assert rounds[0] == ["deduction", "spatial", "arithmetic"]
     assert rounds[1] == ["induction", "planning", "memory"]
+
+
+def test_consecutive_env_sets_cover_every_skill_whatever_k():
+    """Design rounds are 0, k, 2k...: keyed on the round, k = 4 or 8 never rotated."""
+    for domain, k in (("game", 4), ("game", 2), ("tool_use", 8)):
+        seen = set()
+        for design_round in (0, k):
+            cfg = stage.Config(domain=domain, round=design_round, every=k)
+            seen |= {s.skill for s in stage.fresh_slots(cfg)}
+        assert len(seen) == 6, (domain, k, seen)
+    assert stage.env_set_index(stage.Config(domain="tool_use", round=16)) == 2  # k = 8
     slots = stage.fresh_slots(stage.Config(batch=24))
     assert [s.skill for s in slots].count("spatial") == 8
 

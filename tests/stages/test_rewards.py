@@ -57,4 +57,4 @@ def test_agent_advantage_zscore_and_degenerate_groups():
 
 def test_ema():
     assert rewards.ema(None, 0.5, 0.85) == 0.5
-    assert rewards.ema(0.5, 1.0, 0.85) == pytest.approx(0.575)
+    assert rewards.ema(0.5, 1.0, 0.85) == pytest.approx(0.925)  # gamma weights the new value

@@ -44,11 +44,24 @@ def test_no_hinted_plays_means_zero_regret():
     assert regret.regret == 0.0 and regret.hint_reward is None
 
 
+def test_rejected_designs_are_discarded_by_default():
+    """The paper: rejects earn nothing. A reject must not be trained, nor drag its skill's
+    mean (and so every valid env's advantage of that skill) down."""
+    valid = [env("a"), env("b")] + plays("env_a", [1, 0]) + plays("env_b", [1, 1])
+    reject = [Validation(check="oracle", skill="spatial", parents=["des_c"])]
+    alone, _ = score(valid)
+    with_reject, diag = score(valid + reject)
+    assert [r.env_id for r in with_reject] == ["env_a", "env_b"]
+    assert [r.designer_advantage for r in with_reject] == [r.designer_advantage for r in alone]
+    assert diag.invalid == 0
+
+
 def test_rejected_designs_and_broken_envs_get_the_penalty():
     records = [env("a"), env("b")] + plays("env_a", [1, 0]) \
         + plays("env_b", [0, 0, 0], outcome="timeout") \
         + [Validation(check="oracle", skill="spatial", parents=["des_c"])]
-    regrets, diag = score(records, rewards=RewardConfig(invalid_penalty=-0.5))
+    regrets, diag = score(records, rewards=RewardConfig(invalid_penalty=-0.5,
+                                                        reject_penalty=-0.5))
     by_env = {r.env_id or r.design_id: r for r in regrets}
     assert by_env["env_b"].broken and by_env["env_b"].designer_reward == -0.5
     assert by_env["des_c"].rejected_by == "oracle" and by_env["des_c"].designer_reward == -0.5
@@ -75,8 +88,26 @@ def test_diagnostics():
     assert diag.zero_variance_share == 0.5
 
 
-def test_learning_potential_uses_skill_history():
+def test_win_is_the_mean_reward_with_broken_plays_counted_minus_one():
+    records = [env("a")] + plays("env_a", [1, 0.5, 0]) + plays("env_a", [0], outcome="timeout")
+    (regret,), _ = score(records)
+    assert regret.win == pytest.approx((1 + 0.5 + 0 - 1) / 4)
+
+
+def test_designer_scale_counts_this_rounds_no_hint_plays():
+    """Paper settings: 192 no-hint plays / 24 envs * k 4 = 32, not the cap of 50."""
+    records = []
+    for i in range(24):
+        records += [env(str(i))] + plays(f"env_{i}", [1] * 8, hint=True, round=4) \
+            + plays(f"env_{i}", [0, 1] * 4, round=4) + plays(f"env_{i}", [1, 0] * 4, round=7)
+    regrets, _ = score(records, round=7)
+    assert {r.meta["scale"] for r in regrets} == {32.0}
+
+
+def test_learning_potential_updates_the_skill_ema_with_the_window_before_scoring():
+    """mu <- (1 - gamma) mu + gamma r with gamma 0.85, current window included."""
     history = [Regret(env_id="env_old", skill="spatial", round=0, win=0.2)]
     records = [env("a")] + plays("env_a", [1, 1, 1, 0], round=1) + history
     (regret,), _ = score(records, round=1, rewards=RewardConfig(variant="learning_potential"))
-    assert regret.designer_reward == pytest.approx(0.75 - 0.2)
+    mu = 0.15 * 0.2 + 0.85 * 0.75
+    assert regret.designer_reward == pytest.approx(abs(0.75 - mu))
