@@ -23,11 +23,14 @@ last round; the final round flushes the open set). Eval every
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from types import UnionType
+from typing import Annotated, Any, Callable, Union, get_args, get_origin, get_type_hints
 
 from stages.records import RecordError
 
@@ -36,7 +39,7 @@ RUNNER_KEYS = {"command", "every", "attempts", "args"}
 COMMANDS = ("design", "validate", "hint", "rollout", "score-regret", "train-grpo", "eval")
 # Options the runner sets itself, per command: a recipe must not set them.
 WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
-         "validate": {"out"}, "hint": {"model", "out"}, "rollout": {"round", "model", "out", "hint"},
+         "validate": {"out", "allow-all-rejected"}, "hint": {"model", "out"}, "rollout": {"round", "model", "out", "hint"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
          "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
 
@@ -61,6 +64,8 @@ class Recipe:
     defaults: dict[str, Any]
     stages: tuple[Stage, ...]
     start_pool: str | None = None
+    memory: bool = True  # false: the no-memory ablation (design prompts without examples)
+    memory_seed: str | None = None  # env shards that fill the memory before round 0
     raw: dict[str, Any] = field(default_factory=dict)
 
     def stage(self, command: str, hint: bool | None = None) -> Stage | None:
@@ -78,17 +83,58 @@ class Recipe:
 
 def option_names(command: str) -> set[str]:
     """The long option names (without dashes) a spade subcommand accepts."""
-    import typer
+    return set(option_params(command))
 
-    from spade_cli.app import app
 
-    group = typer.main.get_command(app)
-    names = set()
-    for param in group.commands[command].params:
+@cache
+def option_params(command: str) -> dict[str, str]:
+    """Long option name (without dashes) -> the parameter of the command's function."""
+    from spade_cli import commands
+
+    names = {}
+    for param in commands.group().commands[command].params:
         for opt in list(param.opts) + list(getattr(param, "secondary_opts", [])):
             if opt.startswith("--"):
-                names.add(opt[2:].removeprefix("no-") if opt.startswith("--no-") else opt[2:])
+                names[opt[2:].removeprefix("no-") if opt.startswith("--no-") else opt[2:]] = \
+                    param.name
     return names
+
+
+def check_type(command: str, key: str, value: Any) -> str | None:
+    """Why `value` cannot be the `--key` of `spade command` (None when it can), judged by the
+    type and range the command's own signature declares."""
+    from spade_cli import commands
+
+    hints = get_type_hints(commands.functions()[command], include_extras=True)
+    annotation, bounds = hints[option_params(command)[key]], None
+    if get_origin(annotation) is Annotated:
+        annotation, *extras = get_args(annotation)
+        bounds = next((e for e in extras if hasattr(e, "min")), None)
+    if get_origin(annotation) in (Union, UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    got = json.dumps(value)
+    if get_origin(annotation) is list:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
+            return f"expected a string or a list of strings, got {got}"
+        return None
+    if get_origin(annotation) is tuple:
+        size = len(get_args(annotation))
+        if not (isinstance(value, list) and len(value) == size and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            return f"expected a list of {size} numbers, got {got}"
+        return None
+    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    accepted = {bool: (bool,), int: (int,), float: (int, float), str: (str, int, float)}
+    kinds = accepted.get(annotation, (object,))
+    if not isinstance(value, kinds) or (isinstance(value, bool) and annotation is not bool):
+        return f"expected {expected[annotation]}, got {got}"
+    if bounds is not None and annotation in (int, float):
+        if bounds.min is not None and value < bounds.min:
+            return f"expected at least {bounds.min}, got {got}"
+        if bounds.max is not None and value > bounds.max:
+            return f"expected at most {bounds.max}, got {got}"
+    return None
 
 
 def load(path: str, rounds: int | None = None) -> Recipe:
@@ -106,6 +152,11 @@ def load(path: str, rounds: int | None = None) -> Recipe:
     for key in ("name", "run_dir", "rounds"):
         if key not in raw:
             raise RecordError(f"missing top-level key {key!r}", path)
+    if not _positive_int(raw["rounds"]):
+        raise RecordError(f"rounds: expected an integer of at least 1, got "
+                          f"{json.dumps(raw['rounds'])}", path)
+    if not isinstance(raw.get("seed", 0), int) or isinstance(raw.get("seed"), bool):
+        raise RecordError(f"seed: expected an integer, got {json.dumps(raw['seed'])}", path)
     stages = []
     for index, table in enumerate(raw.get("stage", []), 1):
         command = table.get("command")
@@ -113,21 +164,50 @@ def load(path: str, rounds: int | None = None) -> Recipe:
         if command not in COMMANDS:
             raise RecordError(f"command must be one of {', '.join(COMMANDS)}, got {command!r}",
                               where)
+        where = f"{path}: stage {command}"
         options = {k.replace("_", "-"): v for k, v in table.items() if k not in RUNNER_KEYS}
         known = option_names(command)
-        for key in options:
+        for key, value in options.items():
             if key not in known:
                 raise RecordError(f"'{key}' is not an option of `spade {command}`", where)
             if key in WIRED[command] and not (command == "rollout" and key == "hint"):
                 raise RecordError(f"'{key}' is set by the runner for `spade {command}`", where)
-        stages.append(Stage(command, options, int(table.get("every", 1)),
-                            int(table.get("attempts", 1)), tuple(table.get("args", ()))))
+            problem = check_type(command, key, value)
+            if problem:
+                raise RecordError(f"{key}: {problem}", where)
+        for key in ("every", "attempts"):
+            if not _positive_int(table.get(key, 1)):
+                raise RecordError(f"{key}: expected an integer of at least 1, got "
+                                  f"{json.dumps(table[key])}", where)
+        args = table.get("args", [])
+        if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+            raise RecordError(f"args: expected a list of strings, got {json.dumps(args)}", where)
+        stages.append(Stage(command, options, table.get("every", 1), table.get("attempts", 1),
+                            tuple(args)))
     defaults = {k.replace("_", "-"): v for k, v in raw.get("defaults", {}).items()}
+    check_defaults(defaults, f"{path}: defaults")
     return Recipe(path=path, name=raw["name"], run_dir=raw["run_dir"],
                   rounds=rounds if rounds is not None else int(raw["rounds"]),
                   seed=int(raw.get("seed", 0)), model=dict(raw.get("model", {})),
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
+                  memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
                   raw=raw)
+
+
+def check_defaults(defaults: dict[str, Any], where: str) -> None:
+    """A default applies to every stage command that has the option: it must suit them all."""
+    for key, value in defaults.items():
+        users = [command for command in COMMANDS if key in option_names(command)]
+        if not users:
+            raise RecordError(f"'{key}' is not an option of any stage command", where)
+        for command in users:
+            problem = check_type(command, key, value)
+            if problem:
+                raise RecordError(f"{key}: {problem} (an option of `spade {command}`)", where)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def render_option(key: str, value: Any) -> list[str]:
@@ -154,9 +234,7 @@ class Loop:
         self.produced = produced
 
     def template(self, text: str, round: int) -> str:
-        from stages import seed_library
-
-        return text.format(run_dir=self.run, round=round, seeds=seed_library.ENV_SHARD)
+        return text.format(run_dir=self.run, round=round, seeds=seed_shard())
 
     def argv(self, stage: Stage, round: int, wired: list[str], inputs: list[str]) -> list[str]:
         known = option_names(stage.command)
@@ -179,9 +257,15 @@ class Loop:
     def design_round(self, round: int) -> int:
         return round - round % self.recipe.window
 
-    def memory_in(self, round: int) -> str:
-        previous = f"{self.run}/memory/r{round - 1:02d}.jsonl"
-        return previous if round > 0 else f"{self.run}/memory/seed.jsonl"
+    def memory_in(self, design_round: int) -> list[str]:
+        """`--memory` for the set starting at `design_round`: the memory written at the previous
+        regeneration step (the reference writes it once per set, at the set's first round),
+        or before round 0 the seeded memory if the recipe asks for one."""
+        if not self.recipe.memory:
+            return []
+        if design_round >= self.recipe.window:
+            return ["--memory", f"{self.run}/memory/r{design_round - self.recipe.window:02d}.jsonl"]
+        return ["--memory", f"{self.run}/memory/seed.jsonl"] if self.recipe.memory_seed else []
 
     @property
     def attempts(self) -> int:
@@ -213,9 +297,10 @@ class Loop:
             label = f"attempt {attempt + 1}/{self.attempts}"
             self.call(self.argv(design, round, ["--round", str(round), "--every",
                                                 str(self.recipe.window), "--model", model,
-                                                "--memory", self.memory_in(round), "-o", out]
+                                                *self.memory_in(round), "-o", out]
                                 + retry, []), f"design {label}")
-            self.call(self.argv(validate, round, ["-o", checked], [out]), f"validate {label}")
+            self.call(self.argv(validate, round, ["--allow-all-rejected", "-o", checked], [out]),
+                      f"validate {label}")
             if not self.produced(checked, "validation"):
                 break  # every slot has a valid env: no attempt left to make
 
@@ -252,9 +337,11 @@ class Loop:
         rollouts = [self.dir(start, "rollout-hint")] + [self.dir(r, "rollout")
                                                         for r in range(start, round + 1)]
         history = [self.dir(r, "score-regret") for r in range(round)]
-        wired = ["--round", str(round), "--window", str(self.recipe.window), "--memory",
-                 self.memory_in(round), "--memory-out", f"{self.run}/memory/r{round:02d}.jsonl",
-                 "-o", self.dir(round, "score-regret")]
+        wired = ["--round", str(round), "--window", str(self.recipe.window)]
+        if round == start and self.recipe.memory:  # memory is written at regeneration steps
+            wired += [*self.memory_in(start), "--memory-out",
+                      f"{self.run}/memory/r{round:02d}.jsonl"]
+        wired += ["-o", self.dir(round, "score-regret")]
         # rejects are read so that a recipe's `reject-penalty` can score them (default: discarded)
         inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
         if inputs:
@@ -302,6 +389,38 @@ def resolved(recipe: Recipe) -> dict[str, Any]:
             "resolved_from": str(Path(recipe.path).resolve())}
 
 
+def changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between two resolved recipes: `stage train-grpo: lr 1e-06 -> 0.001`."""
+    old, new = _settings(before), _settings(now)
+    return [f"{key} {_shown(old.get(key))} -> {_shown(new.get(key))}"
+            for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+
+
+def _settings(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A resolved recipe flattened to `label: key` -> value (stages labelled by command)."""
+    flat = {}
+    for key, value in resolved.items():
+        if key == "stage" or key == "resolved_from":
+            continue
+        if isinstance(value, dict):
+            flat.update({f"{key}: {k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    seen: dict[str, int] = {}
+    for table in resolved.get("stage", []):
+        label = f"stage {table.get('command')}"
+        if table.get("command") == "rollout":
+            label += " (hint)" if table.get("hint") else " (no hint)"
+        seen[label] = seen.get(label, 0) + 1
+        label += f" #{seen[label]}" if seen[label] > 1 else ""
+        flat.update({f"{label}: {k}": v for k, v in table.items() if k != "command"})
+    return flat
+
+
+def _shown(value: Any) -> str:
+    return "(unset)" if value is None else json.dumps(value)
+
+
 def shell_line(argv: list[str]) -> str:
     return "spade " + " ".join(shlex.quote(a) for a in argv)
 
@@ -317,6 +436,20 @@ def model_init_commands(recipe: Recipe) -> tuple[str, list[list[str]]]:
     if init == "smollm2":
         return path, [["model", "smollm2", path]]
     return init, []
+
+
+def memory_seed_command(recipe: Recipe) -> list[str]:
+    source = recipe.memory_seed.format(run_dir=recipe.run_dir, round=0, seeds=seed_shard())
+    return ["memory", "seed", source, "-o", f"{recipe.run_dir}/memory/seed.jsonl"]
+
+
+def seed_shard() -> str:
+    """The shipped seed library's env shard, relative like every other path of a pipeline when
+    it lies under the working directory (a checkout), else absolute (an installed package)."""
+    from stages import seed_library
+
+    relative = os.path.relpath(seed_library.ENV_SHARD)
+    return str(seed_library.ENV_SHARD) if relative.startswith("..") else relative
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -49,7 +48,8 @@ def print_pipeline(recipe, from_round: int) -> None:
     print(f"# recipe {recipe.name}: {recipe.rounds} rounds, env sets of {recipe.window} rounds")
     for argv in init:
         print(recipes.shell_line(argv))
-    print(recipes.shell_line(["memory", "seed", "-o", f"{run_dir}/memory/seed.jsonl"]))
+    if recipe.memory_seed and recipe.memory:
+        print(recipes.shell_line(recipes.memory_seed_command(recipe)))
     print(f"MODEL={model}")
 
     def call(argv, label):
@@ -68,24 +68,25 @@ def print_pipeline(recipe, from_round: int) -> None:
 
 
 def execute(recipe, from_round: int) -> None:
-    import typer.main
-
+    from spade_cli import commands
     from spade_cli import recipe as recipes
     from spade_cli import summary
-    from spade_cli.app import app
     from spade_cli.errors import UsageError
+    from spade_cli.progress import Progress
     from stages.records import content_hash
 
     run_dir = Path(recipe.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    digest = content_hash(recipes.resolved(recipe) | {"resolved_from": None})
-    recipes.write_json(run_dir / "recipe.json", recipes.resolved(recipe))
+    resolved = recipes.resolved(recipe)
+    digest = content_hash(resolved | {"resolved_from": None})
+    recipes.write_json(run_dir / "recipe.json", resolved)
     summary.open_run_log(run_dir / "run.log")
-    group = typer.main.get_command(app)
-    progress = Progress(recipe)
+    group = commands.group()
+    progress = Progress(f"run {recipe.name}", "rounds", recipe.rounds, interval=None)
+    current = {"round": from_round}
 
     def call(argv: list[str], label: str) -> None:
-        progress.stage(label)
+        progress.note(f"run {recipe.name} r{current['round']:02d}: {label}")
         summary.log_line(f"$ {recipes.shell_line(argv)}")
         try:
             group.main(args=argv, prog_name="spade", standalone_mode=False)
@@ -100,26 +101,41 @@ def execute(recipe, from_round: int) -> None:
         if marker is None:
             raise UsageError(f"--from-round {from_round}: round {index} is not finished")
         model = marker["model"]
-    if init and not (Path(start_model) / "config.json").exists():
-        for argv in init:
-            call(argv, "build the initial model")
-    seed_memory = run_dir / "memory" / "seed.jsonl"
-    if not seed_memory.exists():
-        call(["memory", "seed", "-o", str(seed_memory)], "seed the memory")
     loop = recipes.Loop(recipe, call, checkpoint_after, produced)
     with progress:
+        if init and not (Path(start_model) / "config.json").exists():
+            for argv in init:
+                call(argv, "build the initial model")
+        seed_memory = run_dir / "memory" / "seed.jsonl"
+        if not seed_memory.exists():
+            call(["memory", "seed", "-o", str(seed_memory)], "seed the memory")
         for index in range(from_round, recipe.rounds):
             marker = _marker(run_dir, index)
-            progress.round(index)
+            current["round"] = index
+            progress.reached(index, recipe.rounds)
             if marker and marker.get("recipe") == digest:
                 model = marker["model"]
                 summary.log_line(f"run {recipe.name}: round {index} already finished")
                 continue
+            if marker:
+                warn_rerun(recipe.name, index, marker.get("resolved"), resolved)
             model = loop.round(index, model)
             recipes.write_json(run_dir / f"r{index:02d}" / "_round.json",
-                               {"round": index, "model": model, "recipe": digest})
+                               {"round": index, "model": model, "recipe": digest,
+                                "resolved": resolved})
     summary.log_line(f"run {recipe.name}: {recipe.rounds} rounds done, model {model}",
                      echo=True)
+
+
+def warn_rerun(name: str, index: int, before: dict | None, now: dict) -> None:
+    """A finished round whose recipe changed is run again: say so, and what changed."""
+    from spade_cli import recipe as recipes
+    from spade_cli import summary
+
+    changes = recipes.changes(before, now) if before else []
+    what = "; ".join(changes) if changes else "the recipe changed since it finished"
+    summary.log_line(f"run {name}: warning: round {index} was finished with other settings and "
+                     f"runs again: {what}", echo=True)
 
 
 def _marker(run_dir: Path, index: int) -> dict | None:
@@ -145,41 +161,3 @@ def produced(path: str, kind: str | None) -> bool:
         return False
     pattern = f"{kind}-*.jsonl*" if kind else "*.jsonl*"
     return any(p.stat().st_size > 0 for p in target.glob(pattern))
-
-
-class Progress:
-    """Rich progress on a terminal; plain stderr lines otherwise."""
-
-    def __init__(self, recipe):
-        self.recipe = recipe
-        self.live = sys.stderr.isatty()
-        self.current_round = 0
-        self.bar = None
-
-    def __enter__(self):
-        if self.live:
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, \
-                TimeElapsedColumn
-
-            self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(),
-                                    TextColumn("{task.completed}/{task.total} rounds"),
-                                    TimeElapsedColumn(), transient=False)
-            self.bar.start()
-            self.task = self.bar.add_task(self.recipe.name, total=self.recipe.rounds)
-        return self
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.stop()
-
-    def round(self, index: int) -> None:
-        self.current_round = index
-        if self.bar:
-            self.bar.update(self.task, completed=index)
-
-    def stage(self, label: str) -> None:
-        text = f"{self.recipe.name} r{self.current_round:02d}: {label}"
-        if self.bar:
-            self.bar.update(self.task, description=text)
-        else:
-            print(f"run {text}", file=sys.stderr, flush=True)

@@ -34,8 +34,9 @@ def score_regret(
     scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
     memory: Annotated[str | None, typer.Option(help="Memory shard to update (needs the env "
                                                     "records among the inputs).")] = None,
-    memory_out: Annotated[str | None, typer.Option(help="Write the updated memory here instead "
-                                                        "of in place (keeps rounds replayable).")] = None,
+    memory_out: Annotated[str | None, typer.Option(
+        help="Write the updated memory here instead of in place (keeps rounds replayable); "
+             "without --memory, the memory starts empty.")] = None,
     memory_cap: Annotated[int, typer.Option(help="Most entries the memory keeps.")] = 200,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
@@ -71,9 +72,10 @@ def score_regret(
                   "inputs": [s.digest() for s in shards]}
         emit("score-regret", out, lambda: iter(regrets), config, stats, overwrite,
              f".{compress}")
-        if memory:
+        if memory or memory_out:  # --memory-out alone starts from an empty memory
             envs = {r.id: r for r in records if isinstance(r, Env)}
-            existing = list(read([memory], kinds={"memory"})) if os.path.exists(memory) else []
+            existing = list(read([memory], kinds={"memory"})) \
+                if memory and os.path.exists(memory) else []
             updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
             write_atomic(memory_out or memory, encode(updated))
         d = diagnostics

@@ -5,8 +5,9 @@ Out: memory records (newest last, at most `cap`), and for one design prompt: pos
 (same skill, win rate in the learnable band, highest regret) and one negative example (same
 skill, too easy or too hard).
 Guarantees: deterministic for a seed; the store never exceeds `cap`; a snippet is at most
-`snippet_chars` of the env's source. Seed-library entries carry no measured win rate: they are
-stored with win 0.5 and regret 0, so they serve as positives until real envs replace them.
+`snippet_chars` of the env's source; negatives are named by class only. A run's memory starts
+empty (the paper); seeding it from env shards (`spade memory seed`, a recipe's `memory_seed`)
+stores them with win 0.5 and regret 0, so they serve as positives until real envs replace them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Selection:
 def entry(env: Env, win_rate: float = 0.5, regret: float = 0.0, round: int = -1) -> Memory:
     return Memory(env_id=env.id, skill=env.skill, snippet=env.source[:SNIPPET_CHARS],
                   win_rate=win_rate, regret=regret, round=round, parents=[env.id],
-                  meta={"domain": env.domain})
+                  meta={"domain": env.domain, "class_name": env.class_name})
 
 
 def seed(envs: Iterable[Env]) -> list[Memory]:
@@ -73,9 +74,11 @@ def describe(positives: list[Memory], negatives: list[Memory]) -> tuple[str, str
     good = "".join(f"\n### Example {i} (skill: {m.skill}, win rate: {m.win_rate:.2f}, "
                    f"regret: {m.regret:.2f})\n```python\n{m.snippet}\n```\n"
                    for i, m in enumerate(positives, 1))
-    bad = "".join(f"\n### Avoid environments like this one (win rate {m.win_rate:.2f}: "
-                  f"{'too easy' if m.win_rate > 0.5 else 'too hard'})\n```python\n{m.snippet}\n"
-                  f"```\n" for m in negatives)
+    bad = "".join(f"\n- {'too easy' if m.win_rate > 0.5 else 'too hard'} (win rate "
+                  f"{m.win_rate:.2f}): class {m.meta.get('class_name') or m.env_id}"
+                  for m in negatives)
+    if bad:  # by class name only, as the reference does: no code to copy from a failure
+        bad = "\nAvoid environments like:" + bad + "\n"
     if good:
         good = "These worked well: the agent won some plays and the hint helped." + good
     return good, bad

@@ -55,10 +55,10 @@ def test_dry_run_prints_every_stage_of_both_rounds(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("spade ")]
     commands = [line.split()[1] for line in lines]
-    assert commands == ["model", "memory", "design", "validate", "design", "validate", "hint",
+    assert commands == ["model", "design", "validate", "design", "validate", "hint",
                         "rollout", "rollout", "score-regret", "train-grpo",
                         "rollout", "score-regret", "train-grpo"]
-    assert "--retry runs/tiny/r00/validate-a0" in lines[4]
+    assert "--retry runs/tiny/r00/validate-a0" in lines[3]
     last_train = lines[-1]
     assert "runs/tiny/r01/score-regret" in last_train and "runs/tiny/r00/design-a0" in last_train
     assert 'MODEL="$(ls -d runs/tiny/ckpt/step-*' in result.stdout
@@ -141,3 +141,35 @@ def test_designer_samples_train_k_rounds_after_they_were_drawn(tmp_path, monkeyp
     assert "r01/score-regret" in inputs[2] and "r02/score-regret" not in inputs[2]
     assert designs[4] == ["r02/design-a0", "r02/design-a1", "r04/design-a0", "r04/design-a1"]
     assert {"r03/score-regret", "r04/score-regret"} <= set(inputs[4])
+
+
+def dry_run(tmp_path, monkeypatch, extra: str = "", rounds: str = "5") -> list[str]:
+    workspace = make_workspace(tmp_path)
+    monkeypatch.chdir(workspace)
+    recipe = workspace / "tiny.toml"
+    recipe.write_text(extra + recipe.read_text())
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run", "--rounds", rounds])
+    assert result.exit_code == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if line.startswith("spade ")]
+
+
+def test_memory_starts_empty_and_is_written_at_regeneration_steps(tmp_path, monkeypatch):
+    lines = dry_run(tmp_path, monkeypatch)
+    assert not any(line.startswith("spade memory seed") for line in lines)
+    designs = [line for line in lines if line.startswith("spade design")]
+    assert "--memory" not in designs[0]
+    assert "--memory runs/tiny/memory/r02.jsonl" in designs[-1]  # k = 2: round 4 reads round 2
+    writes = [line.split("--memory-out ")[1].split()[0] for line in lines
+              if "--memory-out" in line]
+    assert writes == ["runs/tiny/memory/r00.jsonl", "runs/tiny/memory/r02.jsonl",
+                      "runs/tiny/memory/r04.jsonl"]
+
+
+def test_memory_can_be_seeded_or_switched_off(tmp_path, monkeypatch):
+    seeded = dry_run(tmp_path / "a", monkeypatch, 'memory_seed = "{seeds}"\n')
+    assert seeded[1].startswith("spade memory seed ") and seeded[1].endswith(
+        "-o runs/tiny/memory/seed.jsonl")
+    assert "--memory runs/tiny/memory/seed.jsonl" in next(
+        line for line in seeded if line.startswith("spade design"))
+    off = dry_run(tmp_path / "b", monkeypatch, "memory = false\n")
+    assert not any("--memory" in line for line in off)

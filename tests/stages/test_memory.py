@@ -39,7 +39,10 @@ def test_update_refreshes_and_caps():
     assert updated[-1].round == 3
 
 
-def test_describe_mentions_scores_and_avoid():
-    good, bad = memory.describe([entry("a", win=0.4, regret=0.3)], [entry("b", win=0.97)])
-    assert "win rate: 0.40, regret: 0.30" in good
-    assert "Avoid environments like this one (win rate 0.97: too easy)" in bad
+def test_describe_shows_positives_as_code_and_negatives_by_class_name_only():
+    negative = entry("b", win=0.97).model_copy(update={"snippet": "class BadEnv: secret code",
+                                                       "meta": {"class_name": "BadEnv"}})
+    good, bad = memory.describe([entry("a", win=0.4, regret=0.3)], [negative])
+    assert "win rate: 0.40, regret: 0.30" in good and "```python\na\n```" in good
+    assert "too easy (win rate 0.97): class BadEnv" in bad
+    assert "secret code" not in bad and "```" not in bad
