@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
 def design(
     backend: BackendName = "hf",
-    model: Model = "",
+    model: Model = ...,
     out: Out = "-",
     domain: Annotated[str, typer.Option(help="game or tool_use.")] = "game",
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Envs to design.")] = 24,
@@ -29,12 +29,14 @@ def design(
                     "skills rotate by env set, round // k.")] = None,
     difficulty: Annotated[str, typer.Option(help="easy, medium or hard.")] = "medium",
     corpus: Annotated[str | None, typer.Option(
-        help="Corpus: JSONL (text/orig_doc), a directory of .txt/.md, or builtin:games / "
+        metavar="PATH", help="Corpus: JSONL (text/orig_doc), a directory of .txt/.md, or builtin:games / "
              "builtin:tool_use (the default for the domain).")] = None,
-    corpus_words: Annotated[int, typer.Option(help="Truncate documents to this many words.")] = 6000,
-    memory: Annotated[str | None, typer.Option(help="Memory shard for few-shot examples.")] = None,
+    corpus_words: Annotated[int | None, typer.Option(
+        help="Truncate documents to this many words (default 6000 for games, 4000 for tool "
+             "use).")] = None,
+    memory: Annotated[str | None, typer.Option(metavar="PATH", help="Memory shard for few-shot examples.")] = None,
     retry: Annotated[list[str] | None, typer.Option(
-        help="Validate output(s): design a new attempt for each rejected slot.")] = None,
+        metavar="DIR", help="Validate output(s): design a new attempt for each rejected slot.")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per slot with --retry.")] = 5,
     seed: Seed = 0,
     temperature: Temperature = 0.6,
@@ -50,10 +52,18 @@ def design(
 ) -> None:
     """Prompt the Environment Designer for new env programs, one per slot.
 
-    Skills rotate by env set (round // k); each slot gets one corpus document and memory examples. With
-    --retry, only the slots whose previous attempt `spade validate` rejected are designed again.
+    Skills rotate by env set (round // k); each slot gets one corpus document and memory
+    examples. With --retry, only the slots whose previous attempt `spade validate` rejected are
+    designed again.
+
+    Examples:
+
+        spade design -m runs/q/model -b 8 -o runs/q/r00/design-a0
+        spade design -m runs/q/model -b 8 | spade validate > checked.jsonl
+        spade design -m runs/q/model -b 8 --retry runs/q/r00/validate-a0
     """
     from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.progress import Counted, Progress
     from spade_cli.summary import summarize
     from stages import corpus as corpus_mod
     from stages import design as stage
@@ -72,7 +82,7 @@ def design(
                                temperature=temperature, top_p=top_p, top_k=top_k,
                                max_tokens=max_tokens))
         documents = corpus_mod.load(corpus or f"builtin:{'games' if domain == 'game' else domain}",
-                                    corpus_words)
+                                    corpus_words or stage.CORPUS_WORDS[domain])
         memories = list(read([memory], kinds={"memory"})) if memory else []
         if retry:
             rejects = [r for r in read(retry, kinds={"validation"}) if r.round == round]
@@ -87,11 +97,16 @@ def design(
                   "top_k": top_k, "max_tokens": max_tokens, "inputs": inputs,
                   "slots": [(s.slot, s.attempt) for s in slots]}
         stats = Stats()
+        progress = Progress("design", "designs", len(slots))
 
         def produce():
             if not slots:
-                return iter(())
-            return stage.run(load_backend(spec), documents, memories, cfg, slots)
+                return
+            for record in stage.run(Counted(load_backend(spec), progress), documents, memories,
+                                    cfg, slots):
+                progress.advance()
+                yield record
 
-        emit("design", out, produce, config, stats, overwrite, f".{compress}")
+        with progress:
+            emit("design", out, produce, config, stats, overwrite, f".{compress}")
         summarize("design", stats, f"{stats.written['design']} designs for {len(slots)} slots")

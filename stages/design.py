@@ -27,6 +27,8 @@ from stages.skills import SKILLS
 DIFFICULTY_STEPS = {"easy": 2, "medium": 3, "hard": 6}
 # k, the rounds an env set lives: 4 for games, 8 for tool use (paper; reference launchers)
 SET_LIFE = {"game": 4, "tool_use": 8}
+# words a corpus document keeps (reference launchers: 6000 for games, 4000 for tool use)
+CORPUS_WORDS = {"game": 6000, "tool_use": 4000}
 APP_DOMAINS = ("online retail orders", "calendar and meeting booking", "file storage",
                "banking and transfers", "library loans", "flight and travel booking",
                "customer support tickets", "smart home devices", "restaurant reservations",

@@ -51,9 +51,35 @@ def test_sampling_is_without_replacement_and_seeded():
     assert draw(3, 5) != draw(4, 5)
 
 
-@pytest.mark.parametrize("name", ["builtin:games", "builtin:tool_use"])
-def test_builtin_corpora_are_offline_and_a_few_hundred_docs(name):
+@pytest.mark.parametrize("name,least", [("builtin:games", 2000), ("builtin:tool_use", 300)])
+def test_builtin_corpora_are_offline_and_large(name, least):
     docs = corpus.load(name)
-    assert len(docs) >= 300
+    assert len(docs) >= least
     assert len({d.id for d in docs}) == len(docs)
-    assert docs == corpus.load(name)  # generated deterministically
+    assert docs == corpus.load(name)
+
+
+def test_builtin_games_corpus_is_math_and_science():
+    titles = {d.title.split(".")[0] for d in corpus.load("builtin:games")}
+    assert {"sympy", "mpmath"} <= titles  # torch depends on both: always there with it
+    assert not titles & {"json", "csv", "sqlite3", "pathlib"}
+
+
+@pytest.mark.slow
+def test_builtin_corpus_is_the_same_in_every_process(tmp_path, monkeypatch):
+    """Built once per machine and read back: scipy renders some docstrings from random draws."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path))
+    script = "from stages import corpus; print(len(corpus.load('builtin:games')))"
+    first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True)
+    assert list(tmp_path.glob("corpus-games-*.jsonl"))
+    assert int(first.stdout) == len(corpus.load("builtin:games"))
+
+
+def test_tool_use_documents_are_cut_at_4000_words_by_default():
+    from stages import design
+
+    assert design.CORPUS_WORDS == {"game": 6000, "tool_use": 4000}
