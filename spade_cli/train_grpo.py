@@ -16,9 +16,10 @@ def register(app: typer.Typer) -> None:
 def train_grpo(
     inputs: Inputs = ["-"],
     out: Out = "-",
-    model: Annotated[str, typer.Option("--model", "-m", help="Model or checkpoint directory to "
-                                                            "start from.")] = "",
-    ckpt_dir: Annotated[str, typer.Option(help="Where step-NNNNNN/ checkpoints go.")] = "ckpt",
+    model: Annotated[str, typer.Option("--model", "-m", metavar="PATH",
+                                       help="Model or checkpoint directory to start from.")] = ...,
+    ckpt_dir: Annotated[str, typer.Option(metavar="DIR",
+                                          help="Where step-NNNNNN/ checkpoints go.")] = "ckpt",
     round: Round = 0,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-6,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.1,
@@ -26,8 +27,13 @@ def train_grpo(
     clip_high: Annotated[float, typer.Option(help="PPO clip above 1.")] = 0.28,
     kl_beta: Annotated[float, typer.Option(help="KL weight to the starting model (0 = off).")] = 0.0,
     tis_cap: Annotated[float, typer.Option(help="Truncated importance sampling cap.")] = 2.0,
-    batch_size: Annotated[int, typer.Option(min=1, help="Samples per optimizer step.")] = 64,
-    micro_batch: Annotated[int, typer.Option(min=1, help="Samples per forward/backward.")] = 8,
+    batch_size: Annotated[int, typer.Option(
+        min=0, help="Units (see --batch-unit) per optimizer step; 0 = the whole round in one "
+                    "step, as the reference does.")] = 0,
+    batch_unit: Annotated[str, typer.Option(
+        help="episode (every turn of one play, or one design) or turn.")] = "episode",
+    micro_batch: Annotated[int, typer.Option(min=1, help="Samples (turns) per "
+                                                        "forward/backward.")] = 8,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the samples.")] = 1,
     max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping norm.")] = 1.0,
     roles: Annotated[str, typer.Option(help="agent, designer, or agent,designer.")] = "agent,designer",
@@ -43,32 +49,43 @@ def train_grpo(
 
     The checkpoint lands in CKPT_DIR/step-NNNNNN/ with its optimizer state; rerunning with the
     same inputs finds it and does not train again.
+
+    Example:
+
+        spade train-grpo runs/q/r00/rollout regret.jsonl -m runs/q/model --ckpt-dir runs/q/ckpt
     """
     import sys
 
     from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.inputs import find_inputs
+    from spade_cli.options import check_model
+    from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from stages import train_grpo as stage
-    from stages.shards import Stats, emit, find_shards, read
+    from stages.shards import Stats, emit, read
 
     with errors_to_exit("train-grpo"):
-        if not model:
-            raise UsageError("--model is required")
+        model = check_model(model)
+        if batch_unit not in stage.BATCH_UNITS:
+            raise UsageError(f"--batch-unit must be one of {', '.join(stage.BATCH_UNITS)}")
         chosen = tuple(r.strip() for r in roles.split(",") if r.strip())
         if not chosen or set(chosen) - {"agent", "designer"}:
             raise UsageError("--roles takes agent, designer or both, comma-separated")
         cfg = stage.Config(lr=lr, weight_decay=weight_decay, clip_low=clip_low,
                            clip_high=clip_high, kl_beta=kl_beta, tis_cap=tis_cap,
-                           batch_size=batch_size, micro_batch=micro_batch, epochs=epochs,
+                           batch_size=batch_size, batch_unit=batch_unit,
+                           micro_batch=micro_batch, epochs=epochs,
                            max_grad_norm=max_grad_norm, roles=chosen,
                            train_on_hinted=train_on_hinted, lora_rank=lora_rank,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
         kinds = {"rollout", "regret", "design"}
-        shards = find_shards(inputs, kinds)
+        shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
-        trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round)
+        with Progress("train-grpo", "steps") as progress:
+            trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round,
+                                                  on_step=progress.reached)
         stats.extra["train"] = info
         config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")

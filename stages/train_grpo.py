@@ -11,12 +11,18 @@ Guarantees:
   start of the update, token-mean over each optimizer batch, optional k3 KL to a reference;
 - only completion tokens carry loss: prompts, observations and tool results are context (each
   turn is its own sample: the prompt the model really saw, the tokens it really sampled);
+- whole episodes are the batch unit and, by default, one optimizer step takes the whole round
+  (the reference: one step per rollout over its episodes); `batch_size` units per step and
+  `batch_unit = "turn"` are options;
 - truncated importance sampling: every token is weighted by min(exp(logp_start - logp_sampled),
   tis_cap) from the stored sampling logprobs, which corrects both sampler/trainer mismatch and
   the k-round staleness of delayed designer samples;
 - agent advantage: z-score of episode rewards within one env's plays; designer advantage: as
   score-regret computed it (skill-centred, scaled);
-- samples without token ids (openai backend) are skipped and counted, never guessed.
+- samples without token ids (openai backend) are skipped and counted, never guessed;
+- no checkpoint holds a non-finite weight: a non-finite reward, advantage, temperature or
+  logprob in the inputs is a RecordError, and a non-finite loss, gradient norm or weight stops
+  the update with Diverged (exit 65) before anything is written.
 TRL is used for its tested kernels (`trl.trainer.utils.selective_log_softmax`,
 `entropy_from_logits`); the loop itself is ours, because GRPOTrainer consumes offline,
 multi-role, per-turn samples only through an experimental hook and recomputes advantages.
@@ -34,13 +40,17 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from stages import rewards
-from stages.records import Design, Record, Regret, Rollout, Train, content_hash
+from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
+
+
+class Diverged(ArithmeticError):
+    """The update made a non-finite loss, gradient norm or weight; no checkpoint was written."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,11 @@ class Config:
     clip_high: float = 0.28
     kl_beta: float = 0.0
     tis_cap: float = 2.0
-    batch_size: int = 64  # samples per optimizer step
-    micro_batch: int = 8  # samples per forward/backward (gradient accumulation)
+    # The reference takes one optimizer step per round over whole episodes (its global batch
+    # of 192 is the round's plays), with an lr tuned for that: batch_size 0 = all in one step.
+    batch_unit: str = "episode"  # "episode": all turns of a play (or one design); "turn"
+    batch_size: int = 0  # units per optimizer step; 0 = the whole round in one step
+    micro_batch: int = 8  # samples (turns) per forward/backward (gradient accumulation)
     epochs: int = 1
     max_grad_norm: float = 1.0
     train_on_hinted: bool = False
@@ -96,13 +109,16 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
     skipped: dict[str, int] = defaultdict(int)
     if "agent" in cfg.roles:
         for group in plays.values():
+            for play in group:
+                _require_finite([play.reward], play, "reward")
             advantages = rewards.agent_advantages([p.reward for p in group], cfg.rewards)
             for play, advantage in zip(group, advantages):
-                temperature = float(play.meta.get("temperature", 1.0))
-                for turn in play.turns:
+                temperature = _temperature(play)
+                for index, turn in enumerate(play.turns):
                     if not turn.completion_ids or turn.prompt_ids is None or not turn.logprobs:
                         skipped["agent_no_token_ids"] += 1
                         continue
+                    _require_finite(turn.logprobs, play, f"turns.{index}.logprobs")
                     samples.append(Sample("agent", turn.prompt_ids, turn.completion_ids,
                                           turn.logprobs, advantage, temperature, play.id))
     if "designer" in cfg.roles:
@@ -114,10 +130,27 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
             if not design.completion_ids or design.prompt_ids is None or not design.logprobs:
                 skipped["designer_no_token_ids"] += 1
                 continue
+            _require_finite([regret.designer_advantage], regret, "designer_advantage")
+            _require_finite(design.logprobs, design, "logprobs")
             samples.append(Sample("designer", design.prompt_ids, design.completion_ids,
                                   design.logprobs, regret.designer_advantage,
-                                  float(design.meta.get("temperature", 1.0)), design.id))
+                                  _temperature(design), design.id))
     return samples, dict(skipped)
+
+
+def _require_finite(values: Iterable[float], record: Record, field: str) -> None:
+    """Records read from shards are finite; records handed over in memory may not be."""
+    if not all(map(math.isfinite, values)):
+        raise RecordError(f"field '{field}': a non-finite number; nothing trained", record.id)
+
+
+def _temperature(record: Record) -> float:
+    value = record.meta.get("temperature", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value):
+        raise RecordError(f"field 'meta.temperature': expected a finite number, got {value!r}",
+                          record.id)
+    return float(value)
 
 
 # -- the model side ---------------------------------------------------------------------------
@@ -212,6 +245,10 @@ class Policy:
         return logp, entropy
 
     def save(self, out: Path, state: dict) -> None:
+        bad = next((name for name, p in self.model.named_parameters()
+                    if not bool(self.torch.isfinite(p).all())), None)
+        if bad is not None:
+            raise Diverged(f"weight {bad} is not finite after the update: no checkpoint written")
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model = self.model
@@ -235,24 +272,40 @@ def _stats(values: list[float], prefix: str) -> dict[str, float]:
             f"{prefix}_max": max(values), f"{prefix}_n": float(len(values))}
 
 
-def update(policy: Policy, samples: list[Sample], cfg: Config, step0: int) -> Iterator[Train]:
-    """Run the optimizer steps over `samples`; yield one Train record per step."""
-    order = list(range(len(samples)))
-    random.Random(cfg.seed + step0).shuffle(order)
+BATCH_UNITS = ("episode", "turn")
+
+
+def plan_steps(samples: list[Sample], cfg: Config, seed: int) -> list[list[int]]:
+    """The sample indices of each optimizer step, over all epochs. Units (episodes: every turn
+    of one play, or one design; or single turns) are shuffled, then `batch_size` of them make
+    a step, so an episode never straddles two steps."""
+    if cfg.batch_unit not in BATCH_UNITS:
+        raise ValueError(f"batch_unit must be one of {', '.join(BATCH_UNITS)}")
+    units: dict[object, list[int]] = {}
+    for index, sample in enumerate(samples):
+        key = sample.source if cfg.batch_unit == "episode" else index
+        units.setdefault(key, []).append(index)
+    order = list(units.values())
+    random.Random(seed).shuffle(order)
+    size = cfg.batch_size or len(order)
+    steps = [[i for unit in order[first:first + size] for i in unit]
+             for first in range(0, len(order), size)]
+    return steps * cfg.epochs
+
+
+def update(policy: Policy, samples: list[Sample], steps: list[list[int]], cfg: Config,
+           step0: int) -> Iterator[Train]:
+    """Run the optimizer steps planned by `plan_steps`; yield one Train record per step."""
     # The first optimizer batch sees the start policy itself: its training forward gives the
     # start logprobs for free. Only later batches need a separate no-grad pass (and every
     # batch does when dropout would make the two forwards differ).
-    free = set() if _has_dropout(policy) else set(order[:cfg.batch_size])
+    free = set() if _has_dropout(policy) else set(steps[0])
     start_logps: list = [None] * len(samples)
-    later = [i for i in order if i not in free]
+    later = [i for i in dict.fromkeys(i for chosen in steps for i in chosen) if i not in free]
     for index, logp in zip(later, _start_logprobs(policy, [samples[i] for i in later], cfg)):
         start_logps[index] = logp
-    step = step0
-    for _epoch in range(cfg.epochs):
-        for first in range(0, len(order), cfg.batch_size):
-            step += 1
-            yield _optimizer_step(policy, samples, order[first:first + cfg.batch_size],
-                                  start_logps, cfg, step)
+    for offset, chosen in enumerate(steps, 1):
+        yield _optimizer_step(policy, samples, chosen, start_logps, cfg, step0 + offset)
 
 
 def _has_dropout(policy: Policy) -> bool:
@@ -318,6 +371,10 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
             sums[key] += value
     grad_norm = torch.nn.utils.clip_grad_norm_(
         [p for p in policy.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+    if not (math.isfinite(sums["loss"]) and math.isfinite(float(grad_norm))):
+        raise Diverged(f"step {step}: loss {sums['loss']:g}, gradient norm {float(grad_norm):g}: "
+                       f"not finite, so no checkpoint written (extreme advantages or logprobs "
+                       f"in the samples, or a learning rate too high)")
     policy.optimizer.step()
     seconds = time.monotonic() - began
     stats = {key: value / total_tokens for key, value in sums.items()}
@@ -354,8 +411,12 @@ def previous_step(model_dir: str) -> int:
 
 
 def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
-        round: int = 0) -> tuple[list[Train], Path | None, dict]:
-    """Train on the records; returns (train records, checkpoint dir or None, info)."""
+        round: int = 0, on_step: Callable[[int, int, int], None] | None = None,
+        ) -> tuple[list[Train], Path | None, dict]:
+    """Train on the records; returns (train records, checkpoint dir or None, info).
+
+    `on_step(steps done, steps in all, tokens of the step)` is called once the number of steps
+    is known (done 0) and after every optimizer step: progress for whoever shows it."""
     records = list(records)
     samples, skipped = build_samples(records, cfg)
     info = {"samples": len(samples), "skipped": skipped,
@@ -365,7 +426,10 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     step0 = previous_step(model_dir)
     digest = content_hash([sorted(r.id for r in records), asdict(cfg), step0,
                            os.path.normpath(model_dir)])
-    steps = cfg.epochs * math.ceil(len(samples) / cfg.batch_size)
+    plan = plan_steps(samples, cfg, cfg.seed + step0)
+    steps = len(plan)
+    report = on_step or (lambda done, total, tokens: None)
+    report(0, steps, 0)
     out = Path(ckpt_root) / f"step-{step0 + steps:06d}"
     state_path = out / STATE_FILE
     if state_path.exists() and json.loads(state_path.read_text()).get("inputs") == digest:
@@ -373,7 +437,10 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         info["resumed"] = True
         return [Train.model_validate(t) for t in done["train"]], out, info
     policy = Policy(model_dir, cfg)
-    trained = list(update(policy, samples, cfg, step0))
+    trained = []
+    for step in update(policy, samples, plan, cfg, step0):
+        trained.append(step)
+        report(len(trained), steps, int(step.stats.get("tokens", 0)))
     Path(ckpt_root).mkdir(parents=True, exist_ok=True)
     policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
                       "parent": os.path.normpath(model_dir), "info": info,

@@ -1,6 +1,7 @@
 """train-grpo: the loss math, masks, TIS, checkpoints, resume, and both roles' samples."""
 
 import json
+import re
 
 import pytest
 
@@ -137,3 +138,55 @@ def test_lora_update_saves_a_plain_checkpoint(tiny_model, tmp_path):
     changed = [name for name, p in reloaded.model.named_parameters()
                if not torch.equal(p, before[name])]
     assert changed and all("proj" in name for name in changed)
+
+
+def play(reward, seed=0, logprobs=(-1.0,), **meta):
+    return Rollout(env_id="env_x", seed=seed, reward=reward, meta=meta,
+                   turns=[Turn(action="a", prompt_ids=[5, 6], completion_ids=[7],
+                               logprobs=list(logprobs))])
+
+
+@pytest.mark.parametrize("records, field", [
+    ([play(1.0), play(float("nan"), seed=1), play(0.0, seed=2)], "reward"),
+    ([play(1.0), play(0.0, seed=1, logprobs=[float("-inf")])], "turns.0.logprobs"),
+    ([play(1.0), play(0.0, seed=1, temperature="NaN")], "meta.temperature"),
+])
+def test_non_finite_inputs_are_refused_before_any_training(tmp_path, records, field):
+    from stages.records import RecordError
+
+    with pytest.raises(RecordError, match=rf"^ro_\w+: field '{re.escape(field)}'"):
+        stage.run(records, "no-model-needed", str(tmp_path / "ckpt"), CFG)
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_non_finite_loss_stops_the_update_and_writes_no_checkpoint(tiny_model, tmp_path):
+    design = Design(completion="x", prompt_ids=[5, 6], completion_ids=[7, 8],
+                    logprobs=[-1.0, -1.0])
+    regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=1e300)  # inf in fp32
+    cfg = stage.Config(batch_size=1, micro_batch=1)
+    with pytest.raises(stage.Diverged, match="step 1: loss .*not finite, so no checkpoint"):
+        stage.run([design, regret], tiny_model, str(tmp_path / "ckpt"), cfg)
+    assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
+
+
+def test_a_checkpoint_with_a_non_finite_weight_is_never_saved(tiny_model, tmp_path):
+    policy = stage.Policy(tiny_model, CFG)
+    with torch.no_grad():
+        next(policy.model.parameters())[0].fill_(float("nan"))
+    with pytest.raises(stage.Diverged, match="is not finite after the update"):
+        policy.save(tmp_path / "step-000001", {"step": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_step_per_round_over_whole_episodes_by_default():
+    """The reference: one optimizer step per round; an episode's turns never split."""
+    samples = [stage.Sample("agent", [1], [2], [0.0], 0.0, source=f"play_{i // 3}")
+               for i in range(30)]  # 10 plays of 3 turns
+    (only,) = stage.plan_steps(samples, stage.Config(), seed=0)
+    assert sorted(only) == list(range(30))
+    steps = stage.plan_steps(samples, stage.Config(batch_size=4), seed=0)
+    assert [len(step) for step in steps] == [12, 12, 6]
+    for step in steps:  # every turn of a play that is in the step
+        assert all(i // 3 * 3 + k in step for i in step for k in range(3))
+    turns = stage.plan_steps(samples, stage.Config(batch_size=4, batch_unit="turn"), seed=0)
+    assert [len(step) for step in turns] == [4] * 7 + [2]
