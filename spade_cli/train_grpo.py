@@ -38,6 +38,11 @@ def train_grpo(
     max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping norm.")] = 1.0,
     roles: Annotated[str, typer.Option(help="agent, designer, or agent,designer.")] = "agent,designer",
     train_on_hinted: Annotated[bool, typer.Option(help="Also train on hinted plays.")] = False,
+    mask_truncated: Annotated[bool, typer.Option(
+        help="No loss on episodes that ran out of turns (reference tool-use runs).")] = False,
+    mask_malformed_tool_calls: Annotated[bool, typer.Option(
+        help="No loss on turns whose tool call the env could not parse (reference tool-use "
+             "runs).")] = False,
     lora_rank: Annotated[int, typer.Option(help="LoRA rank (0 = full fine-tuning).")] = 0,
     gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
     seed: Seed = 0,
@@ -76,7 +81,9 @@ def train_grpo(
                            batch_size=batch_size, batch_unit=batch_unit,
                            micro_batch=micro_batch, epochs=epochs,
                            max_grad_norm=max_grad_norm, roles=chosen,
-                           train_on_hinted=train_on_hinted, lora_rank=lora_rank,
+                           train_on_hinted=train_on_hinted, mask_truncated=mask_truncated,
+                           mask_malformed_tool_calls=mask_malformed_tool_calls,
+                           lora_rank=lora_rank,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
         kinds = {"rollout", "regret", "design"}

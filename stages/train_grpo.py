@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
 import time
 from collections import defaultdict
@@ -70,6 +71,10 @@ class Config:
     epochs: int = 1
     max_grad_norm: float = 1.0
     train_on_hinted: bool = False
+    # tool-use launchers of the reference: no loss on episodes that ran out of turns (the
+    # budget ended them, not the policy) nor on turns whose tool call could not be parsed
+    mask_truncated: bool = False
+    mask_malformed_tool_calls: bool = False
     roles: tuple[str, ...] = ("agent", "designer")
     lora_rank: int = 0  # 0 = full fine-tuning
     lora_alpha: int = 32
@@ -118,6 +123,12 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                     if not turn.completion_ids or turn.prompt_ids is None or not turn.logprobs:
                         skipped["agent_no_token_ids"] += 1
                         continue
+                    if cfg.mask_truncated and play.truncated:
+                        skipped["agent_truncated_masked"] += 1
+                        continue
+                    if cfg.mask_malformed_tool_calls and malformed_tool_call(turn.completion):
+                        skipped["agent_malformed_tool_call_masked"] += 1
+                        continue
                     _require_finite(turn.logprobs, play, f"turns.{index}.logprobs")
                     samples.append(Sample("agent", turn.prompt_ids, turn.completion_ids,
                                           turn.logprobs, advantage, temperature, play.id))
@@ -136,6 +147,30 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                                   design.logprobs, regret.designer_advantage,
                                   _temperature(design), design.id))
     return samples, dict(skipped)
+
+
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+def malformed_tool_call(completion: str) -> bool:
+    """A turn that tried to call a tool in a form the env rejects as a format error (the rule
+    of sandbox/tool_base.py): unclosed, not JSON, no name, or arguments that are no object."""
+    if "<tool_call>" not in completion:
+        return False
+    calls = TOOL_CALL_RE.findall(completion)
+    if not calls:
+        return True
+    for raw in calls:
+        try:
+            call = json.loads(raw)
+            arguments = call.get("arguments", {}) if isinstance(call, dict) else None
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            return True
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
+                or not isinstance(arguments, dict):
+            return True
+    return False
 
 
 def _require_finite(values: Iterable[float], record: Record, field: str) -> None:

@@ -190,3 +190,37 @@ def test_one_step_per_round_over_whole_episodes_by_default():
         assert all(i // 3 * 3 + k in step for i in step for k in range(3))
     turns = stage.plan_steps(samples, stage.Config(batch_size=4, batch_unit="turn"), seed=0)
     assert [len(step) for step in turns] == [4] * 7 + [2]
+
+
+@pytest.mark.parametrize("completion,malformed", [
+    ('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', False),
+    ('<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call>', False),
+    ("<answer>done</answer>", False),
+    ("\\boxed{up}", False),
+    ('<tool_call>{"name": "f", "arguments": {"x": 1}}', True),  # never closed
+    ("<tool_call>{name: f}</tool_call>", True),
+    ('<tool_call>{"arguments": {}}</tool_call>', True),
+    ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', True),
+])
+def test_malformed_tool_calls_are_recognised_as_the_env_does(completion, malformed):
+    assert stage.malformed_tool_call(completion) is malformed
+
+
+def test_truncated_episodes_and_malformed_calls_can_be_masked():
+    def play(seed, reward, truncated, completion):
+        return Rollout(env_id="env_t", seed=seed, reward=reward, truncated=truncated,
+                       turns=[Turn(action="a", completion=completion, prompt_ids=[1],
+                                   completion_ids=[2], logprobs=[0.0])])
+
+    good = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    plays = [play(0, 1.0, False, good), play(1, 0.0, True, good),
+             play(2, 0.0, False, "<tool_call>oops")]
+    samples, _ = stage.build_samples(plays, CFG)
+    assert len(samples) == 3
+    cfg = stage.Config(mask_truncated=True, mask_malformed_tool_calls=True)
+    samples, skipped = stage.build_samples(plays, cfg)
+    assert [s.source for s in samples] == [plays[0].id]
+    assert skipped == {"agent_truncated_masked": 1, "agent_malformed_tool_call_masked": 1}
+    # masked plays still count in their group: the kept play's advantage is unchanged
+    assert samples[0].advantage == pytest.approx(
+        stage.build_samples(plays, CFG)[0][0].advantage)
