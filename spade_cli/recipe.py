@@ -36,10 +36,13 @@ from stages.records import RecordError
 
 SCHEMA = "spade.recipe/v1"
 RUNNER_KEYS = {"command", "every", "attempts", "args"}
-COMMANDS = ("design", "validate", "hint", "rollout", "score-regret", "train-grpo", "eval")
+COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo",
+            "eval")
 # Options the runner sets itself, per command: a recipe must not set them.
 WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
-         "validate": {"out", "allow-all-rejected"}, "hint": {"model", "out"}, "rollout": {"round", "model", "out", "hint"},
+         "validate": {"out", "allow-all-rejected"}, "audit": {"designs", "model", "out"},
+         "hint": {"model", "out"},
+         "rollout": {"round", "model", "out", "hint"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
          "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
 
@@ -278,13 +281,20 @@ class Loop:
         first = round == start
         if first:
             self.design_and_validate(round, model)
-        checked = [self.dir(start, f"validate-a{a}") for a in range(self.attempts)]
-        envs = self.env_set(round, start, model, checked, first)
+        checked = [self.dir(start, f"{check}-a{a}") for a in range(self.attempts)
+                   for check in self.checks]
+        accepted = [self.dir(start, f"{self.checks[-1]}-a{a}") for a in range(self.attempts)]
+        envs = self.env_set(round, start, model, accepted, first)
         self.rollouts(round, model, envs, first)
         self.score(round, start, envs, checked)
         model = self.train(round, start, model)
         self.evaluate(round, model)
         return model
+
+    @property
+    def checks(self) -> list[str]:
+        """The stages that judge designs, in order: validate, then the optional model audit."""
+        return ["validate"] + (["audit"] if self.recipe.stage("audit") else [])
 
     def design_and_validate(self, round: int, model: str) -> None:
         """Up to `attempts` passes; later ones redesign only the slots still rejected."""
@@ -292,7 +302,9 @@ class Loop:
         if not (design and validate):
             return
         for attempt in range(self.attempts):
-            retry = [] if attempt == 0 else ["--retry", self.dir(round, f"validate-a{attempt - 1}")]
+            retry = [] if attempt == 0 else [
+                arg for check in self.checks
+                for arg in ("--retry", self.dir(round, f"{check}-a{attempt - 1}"))]
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
             self.call(self.argv(design, round, ["--round", str(round), "--every",
@@ -301,8 +313,13 @@ class Loop:
                                 + retry, []), f"design {label}")
             self.call(self.argv(validate, round, ["--allow-all-rejected", "-o", checked], [out]),
                       f"validate {label}")
-            if not self.produced(checked, "validation"):
-                break  # every slot has a valid env: no attempt left to make
+            audit, audited = self.recipe.stage("audit"), self.dir(round, f"audit-a{attempt}")
+            if audit and self.produced(checked, "env"):
+                self.call(self.argv(audit, round, ["--designs", out, "--model", model, "-o",
+                                                   audited], [checked]), f"audit {label}")
+            if not any(self.produced(self.dir(round, f"{check}-a{attempt}"), "validation")
+                       for check in self.checks):
+                break  # every slot has an accepted env: no attempt left to make
 
     def env_set(self, round: int, start: int, model: str, checked: list[str],
                 first: bool) -> list[str]:

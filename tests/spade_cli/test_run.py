@@ -76,6 +76,62 @@ def test_bad_recipes_exit_65_naming_the_problem(tmp_path, table, message):
     assert result.exit_code == 65 and message in result.stderr
 
 
+@pytest.mark.parametrize("table,message", [
+    ('[[stage]]\ncommand = "train-grpo"\nlr = "fast"\n',
+     'r.toml: stage train-grpo: lr: expected a number, got "fast"'),
+    ('[[stage]]\ncommand = "rollout"\nplays = 0\n',
+     "r.toml: stage rollout: plays: expected at least 1, got 0"),
+    ('[[stage]]\ncommand = "rollout"\nhint = "yes"\n',
+     'r.toml: stage rollout: hint: expected true or false, got "yes"'),
+    ('[[stage]]\ncommand = "score-regret"\nband = [0.4]\n',
+     "r.toml: stage score-regret: band: expected a list of 2 numbers, got [0.4]"),
+    ('[[stage]]\ncommand = "design"\nevery = "4"\n',
+     'r.toml: stage design: every: expected an integer of at least 1, got "4"'),
+    ('[defaults]\nmax-tokens = 1.5\n',
+     "r.toml: defaults: max-tokens: expected an integer, got 1.5"),
+    ('[defaults]\nmax-tokns = 8\n', "r.toml: defaults: 'max-tokns' is not an option of any"),
+])
+def test_option_types_are_checked_when_the_recipe_is_read(tmp_path, table, message):
+    path = tmp_path / "r.toml"
+    path.write_text('schema = "spade.recipe/v1"\nname = "x"\nrun_dir = "r"\nrounds = 1\n' + table)
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 65 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_changed_options_of_a_finished_round_are_named_when_it_reruns(tmp_path, monkeypatch):
+    """A hint stage with no envs to hint runs no command: the round is only bookkeeping."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "runs" / "w" / "memory").mkdir(parents=True)
+    (tmp_path / "runs" / "w" / "memory" / "seed.jsonl").write_text("")
+    recipe = ('schema = "spade.recipe/v1"\nname = "w"\nrun_dir = "runs/w"\nrounds = 1\n'
+              '[model]\ninit = "model"\n[[stage]]\ncommand = "hint"\nmax-tokens = {}\n')
+    (tmp_path / "w.toml").write_text(recipe.format(8))
+    assert runner.invoke(app, ["run", "w.toml"]).exit_code == 0
+    same = runner.invoke(app, ["run", "w.toml"])
+    assert same.exit_code == 0 and "warning" not in same.stderr
+    (tmp_path / "w.toml").write_text(recipe.format(16))
+    changed = runner.invoke(app, ["run", "w.toml"])
+    assert changed.exit_code == 0, changed.stderr
+    assert ("run w: warning: round 0 was finished with other settings and runs again: "
+            "stage hint: max-tokens 8 -> 16") in changed.stderr
+
+
+def test_dry_run_paths_are_all_relative_in_a_checkout(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])
+    result = runner.invoke(app, ["run", "recipes/quickstart.toml", "--dry-run", "--rounds", "1"])
+    assert result.exit_code == 0, result.stderr
+    assert "stages/seed_library/envs.jsonl" in result.stdout
+    assert not [word for word in result.stdout.split() if word.startswith("/")]
+
+
+def test_the_runner_does_not_import_the_app_it_is_part_of():
+    code = ("import sys; from spade_cli import recipe, run; recipe.option_names('rollout'); "
+            "assert 'spade_cli.app' not in sys.modules, 'import cycle'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_missing_recipe_exits_66(tmp_path):
     result = runner.invoke(app, ["run", str(tmp_path / "none.toml")])
     assert result.exit_code == 66
@@ -173,3 +229,19 @@ def test_memory_can_be_seeded_or_switched_off(tmp_path, monkeypatch):
         line for line in seeded if line.startswith("spade design"))
     off = dry_run(tmp_path / "b", monkeypatch, "memory = false\n")
     assert not any("--memory" in line for line in off)
+
+
+def test_an_audit_stage_judges_each_attempt_and_its_rejects_are_retried(tmp_path, monkeypatch):
+    workspace = make_workspace(tmp_path)
+    monkeypatch.chdir(workspace)
+    recipe = workspace / "tiny.toml"
+    recipe.write_text(recipe.read_text().replace(
+        '[[stage]]\ncommand = "hint"', '[[stage]]\ncommand = "audit"\n\n[[stage]]\ncommand = "hint"'))
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run"])
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("spade ")]
+    assert [line.split()[1] for line in lines][:8] == [
+        "model", "design", "validate", "audit", "design", "validate", "audit", "hint"]
+    assert "--designs runs/tiny/r00/design-a0" in lines[3]
+    assert "--retry runs/tiny/r00/validate-a0 --retry runs/tiny/r00/audit-a0" in lines[4]
+    assert lines[7].endswith("runs/tiny/r00/audit-a0 runs/tiny/r00/audit-a1 pool.jsonl")

@@ -1,0 +1,78 @@
+"""`spade audit`: a model judges whether each validated env can be won (optional stage)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Inputs, MaxTokens,
+                               Model, Out, Overwrite, PromptsDir, Seed, Temperature,
+                               backend_spec)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit)
+
+
+def audit(
+    inputs: Inputs = ["-"],
+    out: Out = "-",
+    designs: Annotated[list[str] | None, typer.Option(
+        metavar="PATH", help="Design shards the envs came from: a reject then names its slot, "
+                             "so `spade design --retry` redesigns it.")] = None,
+    backend: BackendName = "hf",
+    model: Model = ...,
+    temperature: Temperature = 0.3,
+    max_tokens: MaxTokens = 4096,
+    seed: Seed = 0,
+    prompts: PromptsDir = None,
+    base_url: BaseUrl = None,
+    api_key: ApiKey = None,
+    device: Device = None,
+    overwrite: Overwrite = False,
+    compress: Compress = "jsonl",
+) -> None:
+    """Ask a model whether each env can be won; reject the ones it finds impossible.
+
+    The reference's solvability audit for tool-use envs (lenient: only an explicit \\boxed{no}
+    rejects). Reads env records; writes the accepted ones with `meta.audit`, and a validation
+    record (check `audit`) for each reject.
+
+    Examples:
+
+        spade audit runs/q/r00/validate-a0 --designs runs/q/r00/design-a0 -m runs/q/model -o audited/
+        spade validate envs/ | spade audit -m /models/Qwen3-4B --backend vllm
+    """
+    from spade_cli.errors import errors_to_exit
+    from spade_cli.inputs import find_inputs
+    from spade_cli.summary import summarize
+    from stages import audit as stage
+    from stages.backends import Sampling, load_backend
+    from stages.shards import Stats, find_shards, read, run_stage
+
+    with errors_to_exit("audit"):
+        spec = backend_spec(backend, model, base_url, api_key, device)
+        cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
+            temperature=temperature, max_tokens=max_tokens, seed=seed))
+        shards = find_inputs("audit", inputs, {"env"}, "env records")
+        known = list(read([s.path for s in find_shards(designs or [], {"design"})],
+                          kinds={"design"}))
+        stats = Stats()
+        loaded = []
+
+        def transform(envs):
+            if not loaded:
+                loaded.append(load_backend(spec))
+            for record in stage.run([*known, *envs], loaded[0], cfg):
+                if record.kind == "validation":
+                    stats.reasons["audit"] += 1
+                yield record
+
+        config = {"backend": backend, "model": model, "temperature": temperature,
+                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
+                  "designs": [s.digest() for s in find_shards(designs or [], {"design"})]}
+        run_stage("audit", shards, out, transform, config, stats, kinds={"env"},
+                  overwrite=overwrite, suffix=f".{compress}")
+        summarize("audit", stats, f"{stats.written['env']} accepted, "
+                                  f"{stats.written['validation']} judged unwinnable")
