@@ -12,13 +12,24 @@ Unicode, empty, any length; gymnasium's own `Text` rejects most of these), and
 `register(env_id, source)`, after which `gymnasium.make(env_id)` builds a `JailedEnv` wrapped in
 `TimeLimit(max_episode_steps=max_turns)`.
 
+Rewards are outcome only, as `spade rollout` scores an episode: a step pays 0.0 unless the env
+terminates on it, and then the env's reward clipped to [-1, 1]. So the return of an episode is
+exactly the episode reward a rollout records (the env's final reward for an episode it ends,
+e.g. 1.0 for a win; 0.0 for one cut off by a time limit, whatever the env paid on the way), and
+a policy cannot farm it. (A tool-use env pays
+its progress fraction on every call: summed, those paid a policy that does 3 of 4 requests and
+then repeats a read call until the time limit several times what a solver got.)
+The env's own per-step reward (a tool-use env's progress, a format penalty) stays available as
+`info["env_reward"]`, for anyone who wants to shape rewards with a wrapper.
+
 Guarantees:
 - The env's code only ever runs inside the jailed `Worker` (sandbox/jail.py); this process sees
   its replies as JSON data. Each call is bounded by `Limits.call_timeout`, as `Worker.call` is.
 - Any non-ok reply raises `EnvCrashed(outcome, message, error)`, with `outcome` one of
   `jail.OUTCOMES` ("program_error", "timeout", "oom", "output_limit"); a reply of the wrong shape
-  (a non-str observation, a non-dict info, a non-number reward, not a 2- or 5-tuple) raises
-  `EnvCrashed("program_error", ...)`. After a timeout, oom, output_limit or a worker death the
+  (a non-str observation, a non-dict info, a non-number reward, not a 2- or 5-tuple) is a
+  `program_error` already (the Worker checks every reply: sandbox/replies.py), so it raises
+  `EnvCrashed("program_error", ...)` too. After a timeout, oom, output_limit or a worker death the
   worker is gone and every later call raises the same `EnvCrashed`; after an exception inside the
   env's own code the worker lives on and `reset` may be called again.
 - A jail that cannot start or breaks underneath us raises `jail.SandboxUnavailable`
@@ -32,7 +43,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 import string
 from typing import Any
 
@@ -103,10 +113,6 @@ def _crash(reply: Reply) -> Exception:
     return EnvCrashed(reply.outcome, message, error)
 
 
-def _bad_shape(op: str, problem: str) -> EnvCrashed:
-    return EnvCrashed("program_error", f"{op} {problem}", {"type": "shape", "msg": problem})
-
-
 class JailedEnv(gymnasium.Env[str, str]):
     """One env program in one jailed worker, started on construction."""
 
@@ -127,7 +133,7 @@ class JailedEnv(gymnasium.Env[str, str]):
         if not reply.ok:
             self.close()
             raise _crash(reply)
-        facts = reply.result if isinstance(reply.result, dict) else {}
+        facts = reply.result  # a dict: sandbox/replies.py checked it
         self.class_name: str = facts.get("class_name", "?")
         self.domain: str = facts.get("domain", "game")
         self.max_turns: int | None = facts.get("max_turns")
@@ -137,28 +143,16 @@ class JailedEnv(gymnasium.Env[str, str]):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         env_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        reply = self._call("reset", seed=env_seed)
-        result = reply.result
-        if not isinstance(result, list) or len(result) != 2:
-            raise _bad_shape("reset", "must return (obs, info)")
-        obs, info = result
-        return self._obs("reset", obs), self._info("reset", info)
+        obs, info = self._call("reset", seed=env_seed).result  # [str, dict], checked by the Worker
+        return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not isinstance(action, str):
             raise TypeError(f"actions are str, got {type(action).__name__}")
-        reply = self._call("step", action=action)
-        result = reply.result
-        if not isinstance(result, list) or len(result) != 5:
-            raise _bad_shape("step", "must return (obs, reward, terminated, truncated, info)")
-        obs, reward, terminated, truncated, info = result
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) \
-                or not math.isfinite(reward):
-            raise _bad_shape("step", f"returned a reward that is not a finite number: {reward!r}")
-        if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-            raise _bad_shape("step", "must return bools for terminated and truncated")
-        obs, info = self._obs("step", obs), self._info("step", info)
-        return obs, float(reward), terminated, truncated, info
+        # [str, finite number, bool, bool, dict]: the Worker checked the reply's types
+        obs, reward, terminated, truncated, info = self._call("step", action=action).result
+        outcome = max(-1.0, min(1.0, float(reward))) if terminated else 0.0
+        return obs, outcome, terminated, truncated, {**info, "env_reward": float(reward)}
 
     def render(self) -> None:
         return None
@@ -182,18 +176,6 @@ class JailedEnv(gymnasium.Env[str, str]):
         if not reply.ok:
             raise _crash(reply)
         return reply
-
-    @staticmethod
-    def _obs(op: str, obs: Any) -> str:
-        if not isinstance(obs, str):
-            raise _bad_shape(op, f"returned a {type(obs).__name__} observation, not a str")
-        return obs
-
-    @staticmethod
-    def _info(op: str, info: Any) -> dict[str, Any]:
-        if not isinstance(info, dict):
-            raise _bad_shape(op, f"returned a {type(info).__name__} info, not a dict")
-        return info
 
 
 def register(env_id: str, source: str, sandbox: Sandbox | None = None,

@@ -26,8 +26,9 @@ def exit_code_for(exc: BaseException) -> int:
     from stages.backends import BackendUnavailable
     from stages.records import RecordError
     from stages.shards import InputMissing
+    from stages.train_grpo import Diverged
 
-    if isinstance(exc, RecordError):
+    if isinstance(exc, (RecordError, Diverged)):  # Diverged: the samples made the loss non-finite
         return DATA
     if isinstance(exc, InputMissing):
         return NO_INPUT
@@ -57,5 +58,7 @@ def errors_to_exit(command: str) -> Iterator[None]:
         elif code == INTERRUPTED:
             print(f"spade {command}: interrupted", file=sys.stderr)
         elif code != OK:
-            print(f"spade {command}: error: {exc}", file=sys.stderr)
+            from spade_cli.terminal import terminal_safe
+
+            print(f"spade {command}: error: {terminal_safe(str(exc))}", file=sys.stderr)
         raise SystemExit(code) from None

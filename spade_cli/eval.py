@@ -48,7 +48,7 @@ def eval_command(
         help="envs suite: seconds one env step may take.")] = 10.0,
     round: Round = 0,
     backend: BackendName = "hf",
-    model: Model = "",
+    model: Model = ...,
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,
     top_k: TopK = 0,
@@ -61,7 +61,13 @@ def eval_command(
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
-    """Evaluate a model on an offline suite: one eval record per item, roll-ups per category."""
+    """Evaluate a model on an offline suite: one eval record per item, roll-ups per category.
+
+    Examples:
+
+        spade eval --suite rg-quick -m runs/q/model -o runs/q/eval
+        spade eval --suite envs held-out/ -m runs/q/model
+    """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.summary import summarize
     from stages.shards import Stats, emit
@@ -131,6 +137,9 @@ def print_table(rows) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from spade_cli.terminal import terminal_safe
 
     table = Table(title="spade eval", title_justify="left")
     for column, justify in (("suite", "left"), ("category", "left"), ("n", "right"),
@@ -138,5 +147,7 @@ def print_table(rows) -> None:
         table.add_column(column, justify=justify)
     for suite, category, n, score, low, high in rows:
         ci = "-" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
-        table.add_row(suite, category, str(n), f"{score:.3f}", ci)
+        # Text cells: a category can be an env's skill, never to be read as rich markup
+        table.add_row(*(Text(terminal_safe(cell)) for cell in (
+            suite, category, str(n), f"{score:.3f}", ci)))
     Console(stderr=True, soft_wrap=True).print(table)

@@ -44,8 +44,10 @@ def show(
     """A table of memory entries: skill, win rate, regret, round, env id."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from spade_cli.errors import errors_to_exit
+    from spade_cli.terminal import terminal_safe
     from stages.shards import read
 
     with errors_to_exit("memory show"):
@@ -54,7 +56,9 @@ def show(
         for m in entries:
             first = next((ln for ln in m.snippet.splitlines()
                           if ln.strip() and not ln.startswith("#")), "")
-            table.add_row(m.env_id, m.skill, f"{m.win_rate:.2f}", f"{m.regret:.2f}",
-                          str(m.round), first[:60])
+            # Text cells: env-derived strings are shown as they are, never read as rich markup
+            table.add_row(*(Text(terminal_safe(cell)) for cell in (
+                m.env_id, m.skill, f"{m.win_rate:.2f}", f"{m.regret:.2f}", str(m.round),
+                first[:60])))
         Console().print(table)
         Console(stderr=True).print(f"memory show: {len(entries)} entries")

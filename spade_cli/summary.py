@@ -1,10 +1,15 @@
-"""The one summary line every stage prints on stderr when it ends."""
+"""The one summary line every stage prints on stderr when it ends.
+
+Lines carry env-derived text (skills, reject reasons): they pass through terminal_safe on their
+way to the terminal and to the run log.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 
+from spade_cli.terminal import terminal_safe
 from stages.shards import Stats
 
 
@@ -18,6 +23,7 @@ def open_run_log(path) -> None:
 
 
 def log_line(line: str, echo: bool = False) -> None:
+    line = terminal_safe(line)
     if echo:
         print(line, file=sys.stderr)
     if _run_log is not None:

@@ -3,7 +3,9 @@
 In: JSON objects (dicts) read from shards. Out: validated models, and dicts ready to write.
 Guarantees: every record carries `kind` and `v` first; ids derive from content
 (`<prefix>_<sha256[:16]>`), so reruns reproduce them; a line written by a newer spade is refused;
-NaN and infinities never reach a shard (orjson would silently write them as null).
+NaN and infinities never reach a shard (orjson would silently write them as null) and never come
+out of one: orjson refuses NaN/Infinity tokens and numbers beyond a double, and every float field
+takes JSON numbers only (a lax float would turn the strings "NaN" and "Infinity" into them).
 
 Every kind shares: `id`, `parents` (input ids: lineage), `policy` (the checkpoint that produced it,
 when a model did), `ok` and `error` (failures are data), `meta` (free-form, not hashed).
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 VERSION = 1
 Domain = Literal["game", "tool_use"]
+# Every float field: a JSON number (an int is fine), never a string or a bool.
+Number = Annotated[float, Strict()]
 
 
 class RecordError(ValueError):
@@ -82,7 +86,7 @@ class Design(Record):
     completion: str = ""
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None
+    logprobs: list[Number] | None = None
     corpus_doc: str | None = None
     memory_ids: list[str] = Field(default_factory=list)
     source_path: str | None = None
@@ -132,10 +136,10 @@ class Turn(BaseModel):
     completion: str = ""
     finish_reason: str = "stop"
     observation: str = ""
-    reward: float = 0.0
+    reward: Number = 0.0
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None
+    logprobs: list[Number] | None = None
 
 
 class Rollout(Record):
@@ -148,7 +152,7 @@ class Rollout(Record):
     seed: int = 0
     round: int = 0
     turns: list[Turn] = Field(default_factory=list)
-    reward: float = 0.0
+    reward: Number = 0.0
     terminated: bool = False
     truncated: bool = False
     outcome: str = "ok"
@@ -164,16 +168,16 @@ class Regret(Record):
     skill: str = ""
     round: int = 0
     variant: str = "blend"
-    hint_reward: float | None = None
-    no_hint_reward: float | None = None
+    hint_reward: Number | None = None
+    no_hint_reward: Number | None = None
     n_hint: int = 0
     n_no_hint: int = 0
-    regret: float = 0.0
-    regret_n: float = 0.0
-    win: float = 0.0
-    plateau: float = 0.0
-    designer_reward: float = 0.0
-    designer_advantage: float = 0.0
+    regret: Number = 0.0
+    regret_n: Number = 0.0
+    win: Number = 0.0
+    plateau: Number = 0.0
+    designer_reward: Number = 0.0
+    designer_advantage: Number = 0.0
     broken: bool = False
     rejected_by: str | None = None
 
@@ -186,8 +190,8 @@ class Memory(Record):
     env_id: str
     skill: str = ""
     snippet: str = ""
-    win_rate: float = 0.0
-    regret: float = 0.0
+    win_rate: Number = 0.0
+    regret: Number = 0.0
     round: int = 0
 
 
@@ -198,7 +202,7 @@ class Train(Record):
     prefix: ClassVar[str] = "tr"
     step: int
     role: str = "agent"
-    stats: dict[str, float] = Field(default_factory=dict)
+    stats: dict[str, Number] = Field(default_factory=dict)
 
 
 class Eval(Record):
@@ -210,10 +214,10 @@ class Eval(Record):
     task: str = ""
     category: str = ""
     round: int | None = None
-    score: float = 0.0
+    score: Number = 0.0
     samples: int = 1
-    ci_low: float | None = None
-    ci_high: float | None = None
+    ci_low: Number | None = None
+    ci_high: Number | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -234,7 +238,10 @@ def derive_seed(*parts: Any) -> int:
 
 
 def parse(data: Any, kinds: set[str] | None = None) -> Record:
-    """Validate one decoded JSON object; raise RecordError naming the field on failure."""
+    """Validate one object decoded by orjson; raise RecordError naming the field on failure.
+
+    orjson refuses NaN and Infinity tokens; the float fields refuse strings: so no record read
+    holds a non-finite number."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     kind, version = data.get("kind"), data.get("v", VERSION)
@@ -250,7 +257,10 @@ def parse(data: Any, kinds: set[str] | None = None) -> Record:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "record"
-        raise RecordError(f"field '{field}': {first['msg']}") from None
+        msg = first["msg"]
+        if first["type"] == "float_type":
+            msg = f"expected a finite JSON number, got {first['input']!r}"[:200]
+        raise RecordError(f"field '{field}': {msg}") from None
 
 
 def dumps(record: Record | dict[str, Any]) -> bytes:

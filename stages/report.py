@@ -13,7 +13,10 @@ Guarantees: every section renders with whatever data the run has and says what i
 records are deduplicated by id per round (the hint stage re-emits the validated env records);
 rollouts are folded into per-env no-hint rewards as they are read, so a long run is not held
 in memory; the diversity model is optional: without it the section says why and a warning is
-logged. Charts are drawn with matplotlib's Agg canvas (no pyplot, no global state).
+logged. Charts are drawn with matplotlib's Agg canvas (no pyplot, no global state); their text is
+drawn literally (no mathtext, no TeX) and the page's text is HTML-escaped, so env-derived labels
+(skills, reject reasons) show as they are; a chart matplotlib cannot draw (numbers near the
+double range) is a note on the page, not the end of the report.
 
 Diversity: the Vendi score (Friedman & Dieng, 2023) of a batch is exp(Shannon entropy of the
 eigenvalues of K/n), K the cosine-similarity matrix of the batch's embeddings: 1 for n copies of
@@ -27,6 +30,7 @@ corpus and 0.04 without.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import importlib.util
 import logging
@@ -305,6 +309,15 @@ def _fold(run: RunData, record: Record, dir_round: int) -> None:
 # Numbers
 
 
+def _mean(values: Iterable[float]) -> float:
+    """fmean that also takes finite numbers whose sum is not (a record may hold any double)."""
+    values = list(values)
+    try:
+        return fmean(values)
+    except OverflowError:
+        return math.fsum(value / len(values) for value in values)
+
+
 @dataclass(frozen=True)
 class Spread:
     n: int
@@ -318,7 +331,7 @@ class Spread:
     def of(cls, values: Sequence[float]) -> Spread | None:
         if not values:
             return None
-        return cls(len(values), fmean(values), pstdev(values), min(values), median(values),
+        return cls(len(values), _mean(values), pstdev(values), min(values), median(values),
                    max(values))
 
 
@@ -352,7 +365,7 @@ class Diversity:
 
 
 def learnable_share(wins: Sequence[float], band: tuple[float, float] = LEARNABLE) -> float:
-    return fmean(band[0] <= w <= band[1] for w in wins)
+    return _mean(band[0] <= w <= band[1] for w in wins)
 
 
 def win_rates(run: RunData) -> dict[int, WinRates]:
@@ -365,7 +378,7 @@ def win_rates(run: RunData) -> dict[int, WinRates]:
             out[number] = WinRates("regret", scored, learnable_share(scored))
             continue
         plays = run.no_hint.get(number, {})
-        wins = [fmean(reward > 0 for reward in rewards) for rewards in plays.values() if rewards]
+        wins = [_mean(reward > 0 for reward in rewards) for rewards in plays.values() if rewards]
         if wins:
             out[number] = WinRates("rollout", wins, learnable_share(wins))
     return out
@@ -472,6 +485,13 @@ class Charts:
     def save(self, fig, name: str, alt: str) -> str:
         import io
 
+        from matplotlib.text import Text
+
+        # Labels hold env-derived text (skills, reject reasons): draw it as it is, never as
+        # mathtext or TeX (`$\\undefined$` would stop the report)
+        for text in fig.findobj(Text):
+            text.set_usetex(False)
+            text.set_parse_math(False)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", metadata={"Software": None})
         data = buffer.getvalue()
@@ -484,6 +504,21 @@ class Charts:
             self.written.append(path)
             src = name
         return f'<img class="chart" src="{html.escape(src)}" alt="{html.escape(alt)}">'
+
+
+def _or_note(draw: Callable[..., str]) -> Callable[..., str]:
+    """A chart matplotlib cannot draw (numbers it cannot place, such as ±1.7e308, which records
+    may hold) becomes a note where it would have been: the rest of the report still renders."""
+
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kwargs: Any) -> str:
+        try:
+            return draw(*args, **kwargs)
+        except (ValueError, OverflowError) as exc:
+            log.warning("%s: chart not drawn: %s", draw.__name__, exc)
+            return _missing(f"chart not drawn ({type(exc).__name__}: {exc})")
+
+    return drawn
 
 
 def _round_axis(ax, rounds: Sequence[int], span: Sequence[int] = ()) -> None:
@@ -512,6 +547,7 @@ def _band(ax, low: float, high: float) -> None:
     ax.axvspan(low, high, color="#2ca02c", alpha=0.08, lw=0)
 
 
+@_or_note
 def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
     rounds = sorted(wins)
     bins = [i / WIN_BINS for i in range(WIN_BINS + 1)]
@@ -549,6 +585,7 @@ def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
     return charts.save(fig, "win_rate.png", "win-rate histogram per round")
 
 
+@_or_note
 def chart_line(charts: Charts, name: str, alt: str, series: dict[str, list[tuple[int, float]]],
                ylabel: str, ylim: tuple[float, float] | None = None,
                band: tuple[float, float] | None = None) -> str:
@@ -571,6 +608,7 @@ def chart_line(charts: Charts, name: str, alt: str, series: dict[str, list[tuple
     return charts.save(fig, name, alt)
 
 
+@_or_note
 def chart_spreads(charts: Charts, stats: dict[int, dict[str, Any]]) -> str:
     fig = charts.figure(10, 3.2)
     axes = fig.subplots(1, 2)
@@ -598,6 +636,7 @@ def chart_spreads(charts: Charts, stats: dict[int, dict[str, Any]]) -> str:
     return charts.save(fig, "regret.png", "regret and designer reward per round")
 
 
+@_or_note
 def chart_stacked(charts: Charts, name: str, alt: str, counts: dict[int, Counter],
                   ylabel: str, rate: dict[int, float] | None = None) -> str:
     fig = charts.figure(10, 3.4)
@@ -626,6 +665,7 @@ def chart_stacked(charts: Charts, name: str, alt: str, counts: dict[int, Counter
     return charts.save(fig, name, alt)
 
 
+@_or_note
 def chart_diversity(charts: Charts, values: dict[int, Diversity]) -> str:
     fig = charts.figure(10, 3.0)
     axes = fig.subplots(1, 2)
@@ -646,6 +686,7 @@ def chart_diversity(charts: Charts, values: dict[int, Diversity]) -> str:
     return charts.save(fig, "diversity.png", "Vendi score per round")
 
 
+@_or_note
 def chart_eval(charts: Charts, series: dict[str, list[tuple[int, Eval]]]) -> str:
     fig = charts.figure(10, 3.6)
     ax = fig.gca()
@@ -665,6 +706,7 @@ def chart_eval(charts: Charts, series: dict[str, list[tuple[int, Eval]]]) -> str
     return charts.save(fig, "eval.png", "evaluation scores per round")
 
 
+@_or_note
 def chart_train(charts: Charts, series: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
     panels: list[tuple[str, dict[str, list[tuple[int, float]]]]] = [
         (key, series[key]) for key in TRAIN_STATS if key in series]
@@ -821,7 +863,7 @@ def _section_wins(run: RunData, charts: Charts, numbers: dict[str, Any]) -> Sect
     if not wins:
         return Section("win-rate", "Win rates and learnable share",
                        _missing("no regret records and no no-hint rollouts in this run"))
-    rows = [[f"r{n:02d}", w.source, str(len(w.wins)), _num(fmean(w.wins)),
+    rows = [[f"r{n:02d}", w.source, str(len(w.wins)), _num(_mean(w.wins)),
              _metric(_pct(w.learnable_share), "learnable_share", n)]
             for n, w in sorted(wins.items())]
     share = {"learnable share": [(n, w.learnable_share) for n, w in sorted(wins.items())]}
@@ -966,8 +1008,8 @@ def _section_memory(run: RunData) -> Section:
     by_skill: dict[str, list[Memory]] = defaultdict(list)
     for entry in run.memory.values():
         by_skill[entry.skill or "(none)"].append(entry)
-    rows = [[skill, str(len(entries)), _num(fmean(e.win_rate for e in entries), 2),
-             _num(fmean(e.regret for e in entries), 3),
+    rows = [[skill, str(len(entries)), _num(_mean(e.win_rate for e in entries), 2),
+             _num(_mean(e.regret for e in entries), 3),
              str(min(e.round for e in entries)), str(max(e.round for e in entries))]
             for skill, entries in sorted(by_skill.items())]
     body = (f"<p>{len(run.memory)} entries in <code>{_esc(run.memory_file)}</code>, the memory "

@@ -3,8 +3,11 @@
 In: paths (`-` for stdin, files, directories of shards; `.jsonl`, `.jsonl.gz`, `.jsonl.zst`).
 Out: records, and shard directories `<kind>-<index:05d>.jsonl` with `_manifest.json`.
 Guarantees:
-- a bad line stops reading with `path:line: field 'x': message` (RecordError);
-- a final file exists only when complete (temp file in the same dir, fsync, rename);
+- a bad line stops reading with `path:line: field 'x': message` (RecordError), and so does a
+  compressed file that is corrupt or cut off (`path: not a complete gzip file: ...`);
+- no record read holds NaN or an infinity (see stages.records);
+- a final file exists only when complete (temp file in the same dir, fsync, rename), with the
+  mode the umask gives any new file;
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
   config digest, and redoes the rest; the manifest is rewritten after each finished shard.
 """
@@ -15,11 +18,12 @@ import gzip
 import hashlib
 import io
 import os
+import secrets
 import sys
-import tempfile
 import time
+import zlib
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
@@ -30,6 +34,7 @@ from stages.records import MODELS, Record, RecordError, content_hash, dumps, par
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 MANIFEST = "_manifest.json"
+CHUNK = 1 << 20  # bytes per read of a compressed shard
 
 
 class InputMissing(FileNotFoundError):
@@ -86,21 +91,74 @@ def _wanted(name: str, kinds: set[str] | None) -> bool:
 
 @contextmanager
 def open_text(path: str) -> Iterator[IO[bytes]]:
-    """Binary reader for a shard path, decompressing by suffix; `-` is stdin."""
+    """Binary reader for a shard path, decompressing by suffix; `-` is stdin.
+
+    A compressed file that is corrupt, not of its suffix's format, or cut off (its last gzip
+    member or zstd frame never ends) raises RecordError naming the file when read.
+    """
     if path == "-":
         yield sys.stdin.buffer
         return
-    if path.endswith(".gz"):
-        with gzip.open(path, "rb") as fh:
-            yield fh
-    elif path.endswith(".zst"):
-        import zstandard
+    with open(path, "rb") as raw:
+        if path.endswith(".gz"):
+            chunks = _gzip_chunks(raw, path)
+        elif path.endswith(".zst"):
+            chunks = _zstd_chunks(raw, path)
+        else:
+            yield raw
+            return
+        with closing(chunks):
+            yield io.BufferedReader(_ChunkReader(chunks), CHUNK)
 
-        with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as fh:
-            yield io.BufferedReader(fh)
-    else:
-        with open(path, "rb") as fh:
-            yield fh
+
+def _gzip_chunks(raw: IO[bytes], path: str) -> Iterator[bytes]:
+    try:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+            yield from iter(lambda: fh.read(CHUNK), b"")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise RecordError(f"not a complete gzip file: {exc}", path) from None
+
+
+def _zstd_chunks(raw: IO[bytes], path: str) -> Iterator[bytes]:
+    """Frame by frame: zstandard's stream reader ends a cut-off frame as if it were complete."""
+    import zstandard
+
+    decompressor = zstandard.ZstdDecompressor()
+    frame = None
+    try:
+        for block in iter(lambda: raw.read(CHUNK), b""):
+            while block:
+                if frame is None:
+                    frame = decompressor.decompressobj()
+                yield frame.decompress(block)
+                block = b""
+                if frame.eof:  # what follows the frame's end is the next frame
+                    block, frame = frame.unused_data, None
+    except zstandard.ZstdError as exc:
+        raise RecordError(f"not a complete zstd file: {exc}", path) from None
+    if frame is not None:
+        raise RecordError("not a complete zstd file: it ends inside a frame", path)
+
+
+class _ChunkReader(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self.chunks, self.pending = chunks, memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return 0
+            self.pending = memoryview(chunk)
+        count = min(len(buffer), len(self.pending))
+        buffer[:count] = self.pending[:count]
+        self.pending = self.pending[count:]
+        return count
 
 
 def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Record]:
@@ -133,9 +191,13 @@ def encode(records: Iterable[Record | dict[str, Any]]) -> Iterator[bytes]:
 
 
 def write_atomic(path: str | Path, lines: Iterable[bytes]) -> int:
-    """Write lines to `path` via a temp file in the same dir; returns the number of lines."""
+    """Write lines to `path` via a temp file in the same dir; returns the number of lines.
+
+    The file gets the mode any new file gets (0o666 less the umask)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    # 0o666 less the umask, as any new file (mkstemp would make it 0600 whatever the umask)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     count = 0
     try:
         with os.fdopen(fd, "wb") as raw, _compressor(raw, path.name) as fh:

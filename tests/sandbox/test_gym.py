@@ -185,8 +185,8 @@ def test_step_types_and_solution_play(jailed):
     obs, info = env.reset(seed=3)
     assert isinstance(obs, str) and info == {"turn": 0}
     obs, reward, terminated, truncated, info = env.step("no box here Ω")
-    assert (obs, reward, terminated, truncated) == ("Answer as \\boxed{n}.", -0.1, False, False)
-    assert type(reward) is float and info == {"turn": 1}
+    assert (obs, reward, terminated, truncated) == ("Answer as \\boxed{n}.", 0.0, False, False)
+    assert type(reward) is float and info == {"turn": 1, "env_reward": -0.1}
     hits = [n for n in range(1, 21) if env.reset(seed=3) and env.step(f"\\boxed{{{n}}}")[2]]
     assert len(hits) == 1
 
@@ -201,6 +201,64 @@ def test_tool_use_env_through_gym(jailed):
         env.step(action)
     obs, reward, terminated, truncated, info = env.step("<answer>done</answer>")
     assert (reward, terminated) == (1.0, True)
+
+
+# a tool-use env that pays its progress fraction (0.25 a request) on every call, with a free read
+FOUR_REQUESTS = '''
+class FourRequestsEnv(ToolUseBaseEnv):
+    max_turns = 20
+
+    def setup(self):
+        number = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        self.tools = {"add": {"description": "add n", "parameters": number},
+                      "read": {"description": "the total", "parameters": {"type": "object",
+                                                                          "properties": {}}}}
+        self.state = {"total": 0}
+        self.instructions = [f"Make the total {t}." for t in (1, 2, 3, 4)]
+        self.criteria = [lambda s, t=t: s["total"] >= t for t in (1, 2, 3, 4)]
+
+    def tool_add(self, n):
+        self.state["total"] += int(n)
+        return f"total={self.state['total']}"
+
+    def tool_read(self):
+        return f"total={self.state['total']}"
+
+    def solution(self):
+        return ['<tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>'] * 4 + [
+            "<answer>done</answer>"]
+'''
+ADD_ONE = '<tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>'
+READ = '<tool_call>{"name": "read", "arguments": {}}</tool_call>'
+
+
+def episode_return(env: gymnasium.Env, policy) -> tuple[float, list[float], bool]:
+    """Play one episode to its end; (return, the env's own rewards, terminated)."""
+    env.reset(seed=0)
+    total, env_rewards = 0.0, []
+    for turn in range(1000):
+        obs, reward, terminated, truncated, info = env.step(policy(turn))
+        total += reward
+        env_rewards.append(info["env_reward"])
+        if terminated or truncated:
+            return total, env_rewards, terminated
+    raise AssertionError("the time limit never ended the episode")
+
+
+def test_returns_are_outcome_only_so_repeating_a_read_earns_nothing(nsjail_ok):
+    env_id = unique_id("FourRequests")
+    assert register(env_id, FOUR_REQUESTS, SANDBOX) == 20
+    env = gymnasium.make(env_id)
+    try:
+        stall = episode_return(env, lambda turn: ADD_ONE if turn < 3 else READ)
+        solve = episode_return(env, lambda turn: ADD_ONE if turn < 4 else "<answer>done</answer>")
+    finally:
+        env.close()
+    stall_return, stall_env_rewards, stall_won = stall
+    # the env itself paid 0.75 on each of 17 reads: summed, that was the exploit
+    assert len(stall_env_rewards) == 20 and stall_env_rewards[3:] == [0.75] * 17
+    assert (stall_return, stall_won) == (0.0, False)
+    assert solve == (1.0, [0.25, 0.5, 0.75, 1.0, 1.0], True)
 
 
 def test_register_and_make_truncate_at_max_turns(nsjail_ok):
@@ -223,6 +281,15 @@ def test_register_without_max_turns_uses_the_cap(nsjail_ok):
     source = ENDLESS.replace("    max_turns = 4\n", "")
     assert register(unique_id("NoTurns"), source, SANDBOX) == 25
     assert register(unique_id("Override"), source, SANDBOX, max_episode_steps=2) == 2
+
+
+@pytest.mark.parametrize("env_reward,terminated,paid", [
+    (5.0, True, 1.0), (-3.0, True, -1.0), (-0.5, True, -0.5), (0.9, False, 0.0)])
+def test_step_pays_the_clipped_reward_only_on_termination(jailed, env_reward, terminated, paid):
+    env = jailed(hostile(f"return 'obs', {env_reward}, {terminated}, False, {{}}"))
+    env.reset(seed=0)
+    obs, reward, done, truncated, info = env.step("x")
+    assert (reward, done, info) == (paid, terminated, {"env_reward": env_reward})
 
 
 # -- failures ------------------------------------------------------------------------------------

@@ -36,9 +36,11 @@ def answer(messages, tools):
 @pytest.fixture
 def scripted(monkeypatch):
     import stages.backends
+    from spade_cli import options
 
     monkeypatch.setattr(stages.backends, "load_backend",
                         lambda spec: ScriptedBackend(answer, policy=f"scripted:{spec.model}"))
+    monkeypatch.setattr(options, "check_model", lambda model: model)  # no model folder to find
 
 
 def test_file_suite_writes_eval_records_and_a_summary(scripted):
@@ -95,3 +97,17 @@ def test_missing_data_file_exits_66(scripted, tmp_path):
     result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(tmp_path / "no.jsonl"),
                                  "--model", "m"])
     assert result.exit_code == 66
+
+
+def test_a_category_with_markup_and_escapes_prints_as_text_on_every_rerun(scripted, tmp_path):
+    category = "[/] [bold]x $\\undefinedmacro{x}^$ \x1b]0;owned\x07\x1b[2J"
+    data = tmp_path / "qa.jsonl"
+    data.write_bytes(orjson.dumps({"question": "What is 2 + 3?", "answer": "5",
+                                   "category": category}) + b"\n")
+    args = ["eval", "--suite", "file", "--data", str(data), "--model", str(tmp_path), "-o",
+            str(tmp_path / "out")]
+    for attempt in ("first", "rerun"):
+        result = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 0, f"{attempt}: {result.stderr}"
+        assert "[/] [bold]x $\\undefinedmacro{x}^$ \\x1b]0;owned\\x07\\x1b[2J" in result.stderr
+        assert "\x1b" not in result.stderr and "\x07" not in result.stderr

@@ -1,6 +1,7 @@
 """Records: ids from content, kind/v first, versions, NaN refusal, field-named errors."""
 
 import math
+import re
 
 import orjson
 import pytest
@@ -73,3 +74,42 @@ def test_field_error_names_the_field():
     data["max_turns"] = "many"
     with pytest.raises(RecordError, match="^field 'max_turns': "):
         parse(data)
+
+
+REQUIRED = {"env": dict(domain="game", class_name="A", source="s", source_hash="h", max_turns=1),
+            "validation": dict(check="oracle"), "rollout": dict(env_id="env_x"),
+            "memory": dict(env_id="env_x"), "train": dict(step=1), "eval": dict(suite="s")}
+
+
+def float_fields():
+    """(kind, field path, value holding the number) for every float field of every kind."""
+    from stages.records import MODELS, Turn
+
+    def holder(annotation, number):
+        text = str(annotation)
+        return [number] if "list[" in text else {"k": number} if "dict[" in text else number
+
+    for kind, model in MODELS.items():
+        for name, info in model.model_fields.items():
+            if "float" in str(info.annotation):
+                yield kind, name, lambda n, a=info.annotation, f=name: {f: holder(a, n)}
+    for name, info in Turn.model_fields.items():
+        if "float" in str(info.annotation):
+            yield "rollout", f"turns.0.{name}", lambda n, a=info.annotation, f=name: {
+                "turns": [{"action": "a", f: holder(a, n)}]}
+
+
+@pytest.mark.parametrize("kind, field, make", list(float_fields()),
+                         ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity", "inf", "1e400"])
+def test_every_float_field_refuses_non_finite_strings_at_read(kind, field, make, text):
+    data = {"kind": kind, **REQUIRED.get(kind, {}), **make(text)}
+    with pytest.raises(RecordError, match=rf"^field '{re.escape(field)}(\.\w+)?': expected a "
+                                          r"finite JSON number, got '"):
+        parse(data)
+    assert parse({**data, **make(0.5)}) and parse({**data, **make(2)})  # numbers still read
+
+
+def test_the_float_fields_found_cover_every_kind_that_has_one():
+    kinds = {kind for kind, _, _ in float_fields()}
+    assert kinds == {"design", "rollout", "regret", "memory", "train", "eval"}

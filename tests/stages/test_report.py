@@ -115,6 +115,56 @@ def test_a_bad_shard_line_names_the_file_and_line(tmp_path):
         report.load_run(tmp_path)
 
 
+def test_an_infinity_regret_is_refused_at_read_naming_the_field(tmp_path):
+    (tmp_path / "r01" / "score").mkdir(parents=True)
+    (tmp_path / "r01" / "score" / "regret-00000.jsonl").write_text(
+        '{"kind": "regret", "env_id": "env_a", "regret": "Infinity"}\n')
+    with pytest.raises(RecordError, match=r"regret-00000.jsonl:1: field 'regret': expected a "
+                                          r"finite JSON number"):
+        report.load_run(tmp_path)
+
+
+HOSTILE_LABEL = "$\\undefinedmacro{x}^$ [/] <b>&amp; \x1b]0;title\x07"
+
+
+def write_round(run: Path, number: int, records) -> None:
+    from stages.records import dumps
+    from stages.shards import write_atomic
+
+    (run / f"r{number:02d}" / "stage").mkdir(parents=True, exist_ok=True)
+    for kind in sorted({r.kind for r in records}):
+        write_atomic(run / f"r{number:02d}" / "stage" / f"{kind}-00000.jsonl",
+                     [dumps(r) for r in records if r.kind == kind])
+
+
+def test_env_derived_labels_are_drawn_and_shown_literally(tmp_path):
+    from stages.records import Env, Eval, Validation
+
+    env = Env(domain="game", skill=HOSTILE_LABEL, class_name="A", source="x", source_hash="h",
+              max_turns=1)
+    write_round(tmp_path, 1, [env, Validation(check=HOSTILE_LABEL, round=1),
+                              Eval(suite=HOSTILE_LABEL, category=HOSTILE_LABEL, round=1)])
+    result = report.build(tmp_path, tmp_path / "out", embedder=None)
+    page = result.path.read_text()
+    assert result.charts == 3 and "not drawn" not in page  # validation, skills, eval
+    assert "$\\undefinedmacro{x}^$ [/] &lt;b&gt;&amp;amp;" in page and "<b>" not in page
+
+
+def test_numbers_matplotlib_cannot_place_leave_a_note_not_a_crash(tmp_path):
+    from stages.records import Eval, Regret, Train
+
+    huge = 1.7e308
+    write_round(tmp_path, 1, [Regret(env_id=f"env_{i}", round=1, win=0.5, regret=sign * huge,
+                                     designer_reward=sign * huge)
+                              for i, sign in enumerate((1, -1, 1))]
+                + [Eval(suite="s", round=1, score=huge, ci_low=-huge, ci_high=huge),
+                   Train(step=1, stats={"loss": huge}), Train(step=2, stats={"loss": -huge})])
+    result = report.build(tmp_path, tmp_path / "out", embedder=None)
+    page = result.path.read_text()
+    assert page.count("chart not drawn (") == 3  # regret, eval, train
+    assert result.numbers["regret"][1]["regret"].mean == pytest.approx(huge / 3)
+
+
 # Numbers --------------------------------------------------------------------------------------
 
 

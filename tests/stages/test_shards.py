@@ -161,3 +161,77 @@ def test_file_output_writes_one_file_atomically(tmp_path):
     run_stage("upper", find_shards([str(inputs)]), str(out), upper, {}, Stats())
     assert [r.completion for r in read([str(out)])] == ["ANSWER 0", "ANSWER 1", "ANSWER 2"]
     assert sorted(os.listdir(out.parent)) == ["all.jsonl.gz"]
+
+
+def test_nan_strings_in_a_rollout_shard_are_refused_with_path_line_and_field(tmp_path):
+    path = tmp_path / "rollout-00000.jsonl"
+    good = b'{"kind":"rollout","env_id":"env_x","turns":[{"action":"a","logprobs":[-0.5]}]}\n'
+    path.write_bytes(good + good.replace(b"[-0.5]", b'[-0.5,"NaN"]'))
+    with pytest.raises(RecordError, match=rf"^{path}:2: field 'turns\.0\.logprobs\.1': expected "
+                                          r"a finite JSON number, got 'NaN'"):
+        list(read([str(path)]))
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+def test_non_finite_json_tokens_are_invalid_json(tmp_path, token):
+    path = tmp_path / "rollout-00000.jsonl"
+    path.write_bytes(b'{"kind":"rollout","env_id":"env_x","reward":' + token + b"}\n")
+    with pytest.raises(RecordError, match=rf"^{path}:1: invalid JSON"):
+        list(read([str(path)]))
+
+
+def compressed(tmp_path, suffix, n=200):
+    path = tmp_path / f"design-00000{suffix}"
+    write_shard(path, [Design(completion=f"answer {i} " * 20) for i in range(n)])
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+@pytest.mark.parametrize("damage", ["cut in half", "last byte cut", "not compressed",
+                                    "garbage after the end"])
+def test_a_damaged_compressed_shard_is_an_error_naming_the_file(tmp_path, suffix, damage):
+    data = compressed(tmp_path, suffix)
+    damaged = {"cut in half": data[:len(data) // 2], "last byte cut": data[:-1],
+               "not compressed": b'{"kind":"design"}\n',
+               "garbage after the end": data + b"\x01garbage"}[damage]
+    path = tmp_path / f"bad{suffix}"
+    path.write_bytes(damaged)
+    kind = "gzip" if suffix.endswith("gz") else "zstd"
+    with pytest.raises(RecordError, match=rf"^{path}: not a complete {kind} file"):
+        list(read([str(path)]))
+
+
+def test_a_cut_off_zstd_shard_stops_the_stage_before_its_manifest_says_complete(tmp_path):
+    data = compressed(tmp_path, ".jsonl.zst")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "design-00000.jsonl.zst").write_bytes(data[:len(data) // 2])
+    out = tmp_path / "out"
+    with pytest.raises(RecordError, match="not a complete zstd file"):
+        run_stage("upper", find_shards([str(inputs)]), str(out), upper, {}, Stats())
+    manifest = out / MANIFEST
+    assert not manifest.exists() or orjson.loads(manifest.read_bytes())["complete"] is False
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_concatenated_members_and_frames_read_as_one_shard(tmp_path, suffix):
+    first, second = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    write_shard(first, designs(2))
+    write_shard(second, designs(1, start=2))
+    both = tmp_path / f"design-00000{suffix}"
+    both.write_bytes(first.read_bytes() + second.read_bytes())
+    assert [r.completion for r in read([str(both)])] == ["answer 0", "answer 1", "answer 2"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_shards_and_manifests_get_the_mode_the_umask_gives(tmp_path, umask):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_shard(inputs / "design-00000.jsonl", designs(1))
+    previous = os.umask(umask)
+    try:
+        run_stage("upper", find_shards([str(inputs)]), str(tmp_path / "out"), upper, {}, Stats())
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert modes == {"design-00000.jsonl": 0o666 & ~umask, MANIFEST: 0o666 & ~umask}
