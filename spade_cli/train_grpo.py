@@ -20,6 +20,10 @@ def train_grpo(
                                        help="Model or checkpoint directory to start from.")] = ...,
     ckpt_dir: Annotated[str, typer.Option(metavar="DIR",
                                           help="Where step-NNNNNN/ checkpoints go.")] = "ckpt",
+    keep_last: Annotated[int, typer.Option(
+        min=0, help="Keep this many newest checkpoints in --ckpt-dir (plus the one trained "
+                    "from and any an eval marked KEEP); optimizer state only in the newest. "
+                    "0 keeps all.")] = 0,
     round: Round = 0,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-6,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.1,
@@ -70,6 +74,8 @@ def train_grpo(
     from stages.shards import Stats, emit, read
 
     with errors_to_exit("train-grpo"):
+        if not model:
+            raise UsageError("--model is required")
         model = check_model(model)
         if batch_unit not in stage.BATCH_UNITS:
             raise UsageError(f"--batch-unit must be one of {', '.join(stage.BATCH_UNITS)}")
@@ -94,6 +100,9 @@ def train_grpo(
             trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round,
                                                   on_step=progress.reached)
         stats.extra["train"] = info
+        if keep_last and checkpoint is not None:
+            pruned = stage.prune_checkpoints(ckpt_dir, keep_last, protect=[model])
+            stats.extra["pruned"] = [p.name for p in pruned]
         config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
         where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"

@@ -440,6 +440,28 @@ def token_loss(torch, logp, old, sampled, advantages, cfg: Config):
 
 # -- the stage --------------------------------------------------------------------------------
 
+KEEP_FILE = "KEEP"  # a checkpoint holding it is never pruned (spade eval leaves one)
+
+
+def prune_checkpoints(ckpt_root: str, keep_last: int, protect: Iterable[str] = ()) -> list[Path]:
+    """Delete all but the newest `keep_last` step-NNNNNN checkpoints, sparing those marked KEEP
+    and `protect` (the model a train step started from, so a rerun of that step still finds
+    it); optimizer state stays only in the newest. Returns what was deleted."""
+    steps = sorted(Path(ckpt_root).glob("step-[0-9]*"))
+    steps = [p for p in steps if p.is_dir() and not p.name.endswith(".tmp")]
+    spared = {os.path.realpath(p) for p in protect}
+    deleted = []
+    for index, path in enumerate(steps):
+        newest = index == len(steps) - 1
+        if not newest:
+            (path / "optimizer.pt").unlink(missing_ok=True)
+        if index < len(steps) - keep_last and not (path / KEEP_FILE).exists() \
+                and os.path.realpath(path) not in spared:
+            shutil.rmtree(path)
+            deleted.append(path)
+    return deleted
+
+
 def previous_step(model_dir: str) -> int:
     state = Path(model_dir) / STATE_FILE
     return json.loads(state.read_text()).get("step", 0) if state.exists() else 0

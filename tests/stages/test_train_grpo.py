@@ -224,3 +224,19 @@ def test_truncated_episodes_and_malformed_calls_can_be_masked():
     # masked plays still count in their group: the kept play's advantage is unchanged
     assert samples[0].advantage == pytest.approx(
         stage.build_samples(plays, CFG)[0][0].advantage)
+
+
+def test_prune_keeps_the_newest_the_parent_and_marked_checkpoints(tmp_path):
+    for step in range(1, 7):
+        folder = tmp_path / f"step-{step:06d}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"w")
+        (folder / "optimizer.pt").write_bytes(b"o")
+    (tmp_path / "step-000002" / stage.KEEP_FILE).write_text("eval: runs/x/r01/eval-rg-hard\n")
+    deleted = stage.prune_checkpoints(str(tmp_path), 2, protect=[str(tmp_path / "step-000004")])
+    assert sorted(p.name for p in deleted) == ["step-000001", "step-000003"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-000002", "step-000004", "step-000005", "step-000006"]
+    assert [p.parent.name for p in sorted(tmp_path.glob("*/optimizer.pt"))] == ["step-000006"]
+    assert all((tmp_path / name / "model.safetensors").exists()
+               for name in ("step-000002", "step-000004", "step-000005"))
