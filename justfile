@@ -15,7 +15,7 @@ quickstart:
 
 # Regenerate the shipped seed env shard after editing a seed env.
 seeds:
-    spade seeds | spade validate > stages/seed_library/envs.jsonl.tmp
+    spade seeds | spade validate --seed 0 > stages/seed_library/envs.jsonl.tmp
     mv stages/seed_library/envs.jsonl.tmp stages/seed_library/envs.jsonl
 
 # Benchmarks: printed tables with same-run baselines.

@@ -1,40 +1,63 @@
 """The environment contract as named checks, run in a fixed order.
 
-In: a model's answer (text) or an env program's source. Out: the first failing check as
-`ContractError(check, msg, outcome)`, or the facts `rollout` needs (`EnvFacts`).
+In: a model's answer (text) or an env program's source, and the validation seeds (drawn fresh
+by the caller for every validation, so an env cannot recognise them). Out: the first failing
+check as `ContractError(check, msg, outcome)`, or the facts `rollout` needs (`EnvFacts`).
 Guarantees: static checks never execute the code; every runtime check talks to the env only
-through a jailed `Worker`; a timeout, memory or output outcome anywhere is reported by the
-`resources` check, whatever check was running.
+through jailed `Worker`s; `solution()` runs in a worker of its own, never in the one whose plays
+check it (rollouts never call it, so nothing it does may help a play); a timeout, memory or
+output outcome anywhere is reported by the `resources` check, whatever check was running.
 
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
-resources, reset_gate (tool use only). See DESIGN.md section 4.
+resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.
+The contract as users read it, with every check and how to fix a reject: docs/ENVS.md.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import random
 import re
+import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from sandbox.jail import Reply, SandboxUnavailable, Worker
+from sandbox import tool_base
+from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
 CHECKS = ("extract", "parse", "structure", "load", "reset", "determinism", "garbage",
           "step_types", "oracle", "trivial", "resources", "reset_gate")
-ALLOWED_IMPORTS = frozenset(
-    "math random re itertools collections functools heapq bisect string json dataclasses "
-    "typing enum fractions decimal statistics copy textwrap operator abc numbers".split())
+# Any stdlib module may be imported: the jail, not this list, is the security boundary. These
+# are refused only because they cannot work in the jail or make no sense in an env.
+NO_NETWORK = "the jail has no network"
+DENIED_IMPORTS = {
+    "subprocess": "an env is one process: the jail has no programs to run",
+    "multiprocessing": "an env is one process: the jail allows only a handful",
+    "socket": NO_NETWORK, "ssl": NO_NETWORK, "http.client": NO_NETWORK,
+    "http.server": NO_NETWORK, "urllib.request": NO_NETWORK, "ftplib": NO_NETWORK,
+    "smtplib": NO_NETWORK, "xmlrpc": NO_NETWORK, "webbrowser": NO_NETWORK,
+    "ctypes": "native code: nothing a text env does needs it",
+    "tkinter": "the jail has no display", "turtle": "the jail has no display",
+    "curses": "the jail has no terminal",
+}
 MAX_TURNS_CAP = 25
-RESET_SEEDS = (0, 1, 2, 42, 123)
-ORACLE_SEEDS = (0, 1, 2)
-RANDOM_POLICY_SEEDS = (0, 1, 2, 3)
+VALIDATION_SEEDS = 5  # how many seeds the caller draws; every runtime check uses some of them
+PROBE_ACTION = "\\boxed{zzz}"  # ends the determinism replay: one step past the solution
 GARBAGE_ACTIONS = ("", "hello", "\\boxed{}", "\\boxed{zzz}", "\\boxed{-1}", "\\boxed{1 2 3}",
                    "\\boxed{\\boxed{}}", "Ω≈ç√ 🂡", "x" * 5000, "<tool_call>{bad json</tool_call>",
                    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
                    "<answer>done</answer>", "\\boxed{" + "9" * 400 + "}")
+# What a player who knows nothing of this episode would try; cycled for max_turns.
+GENERIC_ACTIONS = ("\\boxed{}", "\\boxed{0}", "\\boxed{1}", "\\boxed{yes}", "\\boxed{no}",
+                   "\\boxed{a}", "\\boxed{north}", "\\boxed{east}", "\\boxed{south}",
+                   "\\boxed{west}", "\\boxed{up}", "\\boxed{down}", "\\boxed{left}",
+                   "\\boxed{right}", "\\boxed{help}",
+                   '<tool_call>{"name": "help", "arguments": {}}</tool_call>',
+                   "<answer>done</answer>")
+IDLE_ACTION = {"game": "\\boxed{}", "tool_use": "<answer>done</answer>"}
+IDLE_SEEDS = 3  # doing nothing is played on the first seeds only: it never wins by luck
 FENCE_RE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
 
 
@@ -77,28 +100,67 @@ def parse(source: str) -> ast.Module:
         raise ContractError("parse", str(exc)) from None
 
 
-def structure(tree: ast.Module) -> str:
-    """Check imports and the env class; returns the class name."""
+def import_problem(name: str) -> str | None:
+    """Why an env may not import `name`, or None: stdlib only, minus DENIED_IMPORTS."""
+    if name == ".":
+        return "relative imports are not allowed (an env is one module)"
+    if name.split(".")[0] not in sys.stdlib_module_names:
+        return "not in the standard library (an env may import the stdlib only)"
+    for denied, reason in DENIED_IMPORTS.items():
+        if name == denied or name.startswith(denied + "."):
+            return reason
+    return None
+
+
+def check_imports(tree: ast.Module) -> None:
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            names = [node.module or "."] if node.level == 0 else ["."]
+        elif isinstance(node, ast.ImportFrom):  # `from urllib import request` is urllib.request
+            names = ([f"{node.module}.{alias.name}" for alias in node.names]
+                     if node.level == 0 and node.module else ["."])
         for name in names:
-            if name.split(".")[0] not in ALLOWED_IMPORTS:
+            problem = import_problem(name)
+            if problem:
                 raise ContractError("structure", f"line {node.lineno}: import of '{name}' is not "
-                                    "allowed (stdlib allow-list only)")
+                                    f"allowed: {problem}")
+
+
+def defined_names(cls: ast.ClassDef) -> dict[str, int]:
+    """Names a class body binds (methods and attributes), with their line numbers."""
+    names: dict[str, int] = {}
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node.lineno
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        names[name.id] = node.lineno
+    return names
+
+
+def structure(tree: ast.Module) -> str:
+    """Check imports and the env class; returns the class name."""
+    check_imports(tree)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Env") \
                 and node.name != "ToolUseBaseEnv":
-            methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            names = defined_names(node)
             tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
             needed = {"setup", "solution"} if tool_use else {"reset", "step", "solution"}
-            missing = needed - methods
+            missing = needed - names.keys()
             if missing:
                 raise ContractError("structure", f"class {node.name} lacks "
                                     f"{', '.join(sorted(missing))}")
+            overrides = sorted(tool_base.internal_names() & names.keys()) if tool_use else []
+            if overrides:
+                raise ContractError("structure", f"line {names[overrides[0]]}: class {node.name} "
+                                    f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
+                                    "defines setup, solution, max_turns, tool_<name> methods and "
+                                    "its own helpers, never the base class's internals")
             return node.name
     raise ContractError("structure", "no top-level class whose name ends in 'Env'")
 
@@ -110,10 +172,10 @@ def static_checks(text: str, is_source: bool = False) -> str:
     return source
 
 
-# -- runtime checks: through the jailed worker ---------------------------------------------------
+# -- runtime checks: through jailed workers ------------------------------------------------------
 
 class Probe:
-    """Calls into the worker, turning any non-ok reply into the running check's failure."""
+    """Calls into a worker, turning any non-ok reply into the running check's failure."""
 
     def __init__(self, worker: Worker):
         self.worker = worker
@@ -126,13 +188,16 @@ class Probe:
         if reply.outcome in ("timeout", "oom", "output_limit"):
             raise ContractError("resources", f"{reply.outcome} during {self.check} "
                                 f"({op}): {(reply.error or {}).get('msg', '')}", reply.outcome)
+        if not reply.ok and (reply.error or {}).get("type") == "bad_reply":  # sandbox/replies.py
+            raise ContractError("step_types" if op == "step" else self.check, reply.error["msg"],
+                                reply.outcome)
         if not reply.ok:
             error = reply.error or {}
             raise ContractError(self.check, f"{op} raised {error.get('type')}: "
                                 f"{error.get('msg', '')}".strip(), reply.outcome)
         return reply
 
-    def reset(self, seed: int) -> Any:
+    def reset(self, seed: int) -> list:
         reply = self.call("reset", seed=seed)
         if reply.shape != ["tuple", 2] or not isinstance(reply.result[0], str) \
                 or not isinstance(reply.result[1], dict):
@@ -189,21 +254,43 @@ def load(probe: Probe, source: str) -> EnvFacts:
     return EnvFacts(facts["class_name"], facts["domain"], min(max_turns, MAX_TURNS_CAP))
 
 
-def check_reset(probe: Probe, facts: EnvFacts) -> None:
-    probe.check = "reset"
-    for seed in RESET_SEEDS:
-        probe.reset(seed)
+@dataclass
+class Solved:
+    """What the solution worker saw for one seed: the first observation and solution()."""
+
+    first: list
+    actions: list[str]
 
 
-def solution_actions(probe: Probe) -> list[str]:
+def solution_actions(probe: Probe, seed: int) -> list[str]:
     reply = probe.call("solution")
     actions = reply.result
     if isinstance(actions, str):
         actions = [line for line in actions.splitlines() if line.strip()] or [actions]
     if not isinstance(actions, list) or not actions or not all(isinstance(a, str) for a in actions):
-        raise ContractError(probe.check, "solution() must return a non-empty list of action "
-                            f"strings, got {describe(reply)}")
+        raise ContractError("oracle", f"solution() for seed {seed} must return a non-empty list "
+                            f"of action strings, got {describe(reply)}")
     return actions
+
+
+def solve(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> dict[int, Solved]:
+    """solution() for each seed, each right after a fresh reset, in a worker of its own."""
+    with Worker(sandbox) as worker:
+        probe = Probe(worker)
+        load(probe, source)
+        solved = {}
+        for seed in seeds:
+            probe.check = "reset"
+            first = probe.reset(seed)
+            probe.check = "oracle"
+            solved[seed] = Solved(first, solution_actions(probe, seed))
+        return solved
+
+
+def check_reset(probe: Probe, seeds: Sequence[int]) -> None:
+    probe.check = "reset"
+    for seed in seeds:
+        probe.reset(seed)
 
 
 def trace(probe: Probe, seed: int, actions: list[str]) -> list:
@@ -215,37 +302,32 @@ def trace(probe: Probe, seed: int, actions: list[str]) -> list:
     return steps
 
 
-def check_determinism(probe: Probe, facts: EnvFacts) -> None:
+def check_determinism(probe: Probe, seed: int, solved: Solved) -> None:
+    """The whole solution, replayed twice from the same seed, gives the same episode, which
+    starts as it did in the solution worker."""
     probe.check = "determinism"
-    probe.reset(7)
-    actions = solution_actions(probe)[:4] + ["\\boxed{zzz}"]
-    first, second = trace(probe, 7, actions), trace(probe, 7, actions)
+    actions = solved.actions + [PROBE_ACTION]
+    first, second = trace(probe, seed, actions), trace(probe, seed, actions)
+    if first[0] != solved.first:
+        raise ContractError("determinism", f"reset(seed={seed}) gave different results in two "
+                            "workers")
     for index, (a, b) in enumerate(zip(first, second)):
         if a != b:
-            where = "reset(seed=7)" if index == 0 else f"step {index}"
+            where = f"reset(seed={seed})" if index == 0 else f"step {index}"
             raise ContractError("determinism", f"same seed and actions gave different results "
                                 f"at {where}")
 
 
-def check_garbage(probe: Probe, facts: EnvFacts) -> None:
+def check_garbage(probe: Probe, seed: int) -> None:
     probe.check = "garbage"
-    probe.reset(3)
+    probe.reset(seed)
     for action in GARBAGE_ACTIONS:
         reply = probe.call("step", action=action)
         problem = step_problem(reply)
         if problem:
             raise ContractError("step_types", f"step({short(action)}) {problem}")
         if reply.result[2] or reply.result[3]:
-            probe.reset(3)
-
-
-def check_step_types(probe: Probe, facts: EnvFacts) -> None:
-    probe.check = "step_types"
-    probe.reset(5)
-    for action in solution_actions(probe)[:facts.max_turns]:
-        obs, reward, terminated, truncated, info = probe.step(action)
-        if terminated or truncated:
-            break
+            probe.reset(seed)
 
 
 def play(probe: Probe, seed: int, policy: Callable[[int], str], max_turns: int) -> tuple[bool, float]:
@@ -261,53 +343,87 @@ def play(probe: Probe, seed: int, policy: Callable[[int], str], max_turns: int) 
     return False, float(reward)
 
 
-def check_oracle(probe: Probe, facts: EnvFacts) -> None:
+def won(outcome: tuple[bool, float]) -> bool:
+    return outcome[0] and outcome[1] > 0
+
+
+def replay(actions: list[str]) -> Callable[[int], str]:
+    return lambda turn: actions[turn]
+
+
+def generic_action(turn: int) -> str:
+    return GENERIC_ACTIONS[turn % len(GENERIC_ACTIONS)]
+
+
+def check_oracle(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> None:
     probe.check = "oracle"
-    for seed in ORACLE_SEEDS:
-        probe.reset(seed)
-        actions = solution_actions(probe)
+    for seed, solution in solved.items():
+        actions = solution.actions
         if len(actions) > facts.max_turns:
             raise ContractError("oracle", f"solution for seed {seed} has {len(actions)} actions, "
                                 f"more than max_turns={facts.max_turns}")
-        terminated, reward = play(probe, seed, lambda turn: actions[turn] if turn < len(actions)
-                                  else "", len(actions))
+        terminated, reward = play(probe, seed, replay(actions), len(actions))
         if not terminated or reward <= 0:
             raise ContractError("oracle", f"replaying solution() for seed {seed} did not win "
                                 f"(terminated={terminated}, reward={reward})")
 
 
-def won(outcome: tuple[bool, float]) -> bool:
-    return outcome[0] and outcome[1] > 0
+def wins_most(episodes: list[Callable[[], bool]]) -> str | None:
+    """Play episodes until the majority is decided; "W of N" played when most of them win."""
+    wins = losses = 0
+    for episode in episodes:
+        if 2 * wins > len(episodes) or 2 * losses >= len(episodes):
+            break
+        if episode():
+            wins += 1
+        else:
+            losses += 1
+    return f"{wins} of {wins + losses}" if 2 * wins > len(episodes) else None
 
 
-def check_trivial(probe: Probe, facts: EnvFacts) -> None:
+def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> None:
+    """Policies that know nothing of this seed's answer must not win.
+
+    Doing nothing must never win (on IDLE_SEEDS seeds). Generic actions, and another seed's
+    solution (where it differs from this seed's), may win an episode by luck (a guess that happens
+    to be right), so they fail the env only when they win most of their episodes (play stops once
+    that is decided). This seed's own solution actions are never used: they contain the answer. An
+    env whose every seed gives the same episode (first observation and solution) is won by
+    replaying one solution from memory, so it fails; the same answer alone (a low-entropy answer
+    such as a letter) is allowed.
+    """
     probe.check = "trivial"
-    probe.reset(0)
-    actions = solution_actions(probe)
-    idle = "<answer>done</answer>" if facts.domain == "tool_use" else "\\boxed{}"
-    for name, action in (("an empty action", idle), ("repeating the first solution action",
-                                                      actions[0])):
-        if won(play(probe, 0, lambda turn: action, facts.max_turns)):
-            raise ContractError("trivial", f"{name} wins")
-    wins = 0
-    for seed in RANDOM_POLICY_SEEDS:
-        probe.reset(seed)
-        vocabulary = sorted(set(solution_actions(probe)))
-        rng = random.Random(seed)
-        wins += won(play(probe, seed, lambda turn: rng.choice(vocabulary), facts.max_turns))
-    if wins == len(RANDOM_POLICY_SEEDS):
-        raise ContractError("trivial", f"a random policy over the solution's actions won "
-                            f"{wins} of {wins} episodes")
+    seeds = list(solved)
+    idle = IDLE_ACTION[facts.domain]
+    for seed in seeds[:IDLE_SEEDS]:
+        if won(play(probe, seed, lambda turn: idle, facts.max_turns)):
+            raise ContractError("trivial", f"doing nothing ({idle!r} every turn) wins "
+                                f"(seed {seed})")
+    tally = wins_most([lambda seed=seed: won(play(probe, seed, generic_action, facts.max_turns))
+                       for seed in seeds])
+    if tally:
+        raise ContractError("trivial", f"cycling generic actions wins {tally} episodes")
+    if all(solved[seed] == solved[seeds[0]] for seed in seeds):
+        raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode (does reset "
+                            "ignore its seed?): one memorised action list wins every one")
+    pairs = [(seed, solved[other].actions[:facts.max_turns])
+             for seed, other in zip(seeds, seeds[1:] + seeds[:1])
+             if solved[other].actions != solved[seed].actions]
+    tally = wins_most([lambda seed=seed, actions=actions:
+                       won(play(probe, seed, replay(actions), len(actions)))
+                       for seed, actions in pairs])
+    if tally:
+        raise ContractError("trivial", f"replaying another seed's solution wins {tally} episodes")
 
 
-def check_reset_gate(probe: Probe, facts: EnvFacts) -> None:
-    if facts.domain != "tool_use":
-        return
+def check_reset_gate(probe: Probe, seeds: Sequence[int]) -> None:
+    """No criterion holds (or raises) right after reset. The worker computes the status from a
+    private copy of tool_base, so an env that overrides or patches it changes nothing."""
     probe.check = "reset_gate"
-    for seed in ORACLE_SEEDS:
+    for seed in seeds:
         probe.reset(seed)
         status = probe.call("criteria").result
-        for index, value in enumerate(status or []):
+        for index, value in enumerate(status if isinstance(status, list) else [status]):
             if value is True:
                 raise ContractError("reset_gate", f"criterion {index + 1} already holds at reset "
                                     f"(seed {seed})")
@@ -316,17 +432,28 @@ def check_reset_gate(probe: Probe, facts: EnvFacts) -> None:
                                     f"(seed {seed}): {value}")
 
 
-RUNTIME_CHECKS = (check_reset, check_determinism, check_garbage, check_step_types, check_oracle,
-                  check_trivial, check_reset_gate)
+def runtime_checks(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> EnvFacts:
+    """load and every runtime check, in order; raises ContractError on the first failure.
 
-
-def runtime_checks(worker: Worker, source: str) -> EnvFacts:
-    """load and every runtime check, in order; raises ContractError on the first failure."""
-    probe = Probe(worker)
-    facts = load(probe, source)
-    for check in RUNTIME_CHECKS:
-        check(probe, facts)
-    if facts.domain == "tool_use":
-        probe.reset(0)
-        facts.tools = probe.call("tools").result or []
+    Two workers: one computes solution() for every seed (started first, it works while the other
+    loads and resets), the other plays everything that checks those solutions.
+    """
+    if len(set(seeds)) < 2:
+        raise ValueError("runtime checks need at least two distinct seeds")
+    seeds = list(dict.fromkeys(seeds))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="solve") as side:
+        solving = side.submit(solve, sandbox, source, seeds)
+        with Worker(sandbox) as worker:
+            probe = Probe(worker)
+            facts = load(probe, source)
+            check_reset(probe, seeds)
+            solved = solving.result()
+            check_determinism(probe, seeds[0], solved[seeds[0]])
+            check_garbage(probe, seeds[1])
+            check_oracle(probe, facts, solved)
+            check_trivial(probe, facts, solved)
+            if facts.domain == "tool_use":
+                check_reset_gate(probe, seeds)
+                probe.reset(seeds[0])
+                facts.tools = probe.call("tools").result or []
     return facts

@@ -14,6 +14,14 @@ What a subclass sets in `setup()` (called by `reset`, with `self.rng` already se
     self.state        dict, the hidden world the tools read and change
     self.instructions list of 3-5 user requests, revealed one at a time
     self.criteria     list of callables `state -> bool`, one per instruction
+
+A subclass defines only `setup`, `solution`, `max_turns`, `tool_<name>` methods, its own private
+helpers, and optionally `__init__` and `close` (DESIGNER_NAMES); validation rejects a class that
+redefines any other name of this base class (`internal_names()`), such as `reset`, `step` or
+`_advance`: those are what make every tool-use env play, and be checked, the same way.
+The reset gate (`criteria_status`) is a module function, not a method: the jail worker calls it
+from a private copy of this module that env code never sees, and it reads the instance's own
+`criteria` and `state`, so no override of a method, the base class or this module changes it.
 """
 
 import json
@@ -21,6 +29,7 @@ import random
 import re
 
 FORMAT_PENALTY = -0.1
+DESIGNER_NAMES = frozenset({"setup", "solution", "max_turns", "__init__", "close"})
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
 
@@ -66,16 +75,6 @@ class ToolUseBaseEnv:
             {"type": "function", "function": {"name": name, **spec}}
             for name, spec in self.tools.items()
         ]
-
-    def criteria_status(self):
-        """Each criterion on the current state: True/False, or the error text if it raises."""
-        status = []
-        for criterion in self.criteria:
-            try:
-                status.append(bool(criterion(self.state)))
-            except Exception as exc:  # a criterion that raises is reported, not fatal
-                status.append(f"{type(exc).__name__}: {exc}")
-        return status
 
     def close(self):
         pass
@@ -141,3 +140,28 @@ class ToolUseBaseEnv:
 
     def _instruction_text(self, index):
         return f"Request {index + 1} of {len(self.instructions)}: {self.instructions[index]}"
+
+
+def internal_names():
+    """Names of the base class a subclass must not redefine (besides DESIGNER_NAMES)."""
+    implicit = {"__module__", "__doc__", "__qualname__"}
+    return frozenset(vars(ToolUseBaseEnv)) - DESIGNER_NAMES - implicit
+
+
+def criteria_status(env):
+    """Each criterion on the env's current state: True/False, or the error text if it raises.
+
+    Reads the instance's own `criteria` and `state` (bypassing any `__getattribute__` or property
+    of the env's class), so the reset gate sees what `step` sees.
+    """
+    own = object.__getattribute__(env, "__dict__")
+    criteria, state = own.get("criteria"), own.get("state")
+    if not isinstance(criteria, list):
+        raise TypeError("setup() must set self.criteria to a list of functions")
+    status = []
+    for criterion in criteria:
+        try:
+            status.append(bool(criterion(state)))
+        except Exception as exc:  # a criterion that raises is reported, not fatal
+            status.append(f"{type(exc).__name__}: {exc}")
+    return status

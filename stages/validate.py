@@ -4,25 +4,37 @@ In: design/v1 records (a model's answer holding a ```python block), or hand-writ
 files turned into design records by `designs_from_files`.
 Out: for each design, in input order, exactly one record: an `env` (source, class name, domain,
 skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
-first failing check (sandbox/contract.py CHECKS) and why.
-Guarantees: generated code only ever runs inside a jailed worker (one per design); a hang, crash,
-memory or output blow-up is a reject with its sandbox outcome, never a stage failure; a jail that
-cannot start at all raises SandboxUnavailable (exit 69).
+first failing check (sandbox/contract.py CHECKS) and why. A design made from a file names it in
+`meta.source_file`, and so do its env or validation record.
+Guarantees: generated code only ever runs inside jailed workers (two per design: one computes
+the solutions, the other plays); a hang, crash, memory or output blow-up is a reject with its
+sandbox outcome, never a stage failure; a jail that cannot start at all raises SandboxUnavailable
+(exit 69). Any other error while validating one design (a case spade does not handle yet) is that
+design's reject with check `internal` and outcome `internal_error` (stages/isolation.py); the
+stage goes on with the rest.
+
+Validation seeds are fresh for every design: derived from a base seed and the design's id, where
+the base is `Config.seed` when given (a reproducible validation) and otherwise drawn from the OS
+for each design, so no env can know them in advance. Every record lists them in
+`meta.validation = {"seed": base, "seeds": [...]}`: rerunning with `--seed <base>` replays the
+same design's validation exactly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sandbox.contract import ContractError, runtime_checks, static_checks
-from sandbox.jail import Sandbox, Worker
-from stages.records import Design, Env, Failure, Record, RecordError, Validation
+from sandbox.contract import VALIDATION_SEEDS, ContractError, runtime_checks, static_checks
+from sandbox.jail import Sandbox
+from stages.isolation import INTERNAL, isolated
+from stages.records import Design, Env, Failure, Record, RecordError, Validation, derive_seed
 from stages.shards import Stats
 
 HEADER_RE = re.compile(r"^#\s*spade:\s*(.*)$", re.M)
@@ -32,6 +44,7 @@ HEADER_RE = re.compile(r"^#\s*spade:\s*(.*)$", re.M)
 class Config:
     workers: int = 2
     sandbox: Sandbox = field(default_factory=Sandbox)
+    seed: int | None = None  # None: fresh validation seeds for every design
 
 
 def source_hash(source: str) -> str:
@@ -40,29 +53,57 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(normal.encode()).hexdigest()
 
 
-def validate_one(design: Design, sandbox: Sandbox) -> Env | Validation:
+def validation_seeds(base: int, design: Design) -> list[int]:
+    """The seeds one design is validated with: distinct, and drawn like rollout seeds."""
+    seeds: list[int] = []
+    index = 0
+    while len(seeds) < VALIDATION_SEEDS:
+        seed = derive_seed("validate", base, design.id, index)
+        index += 1
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
+
+
+def validate_one(design: Design, cfg: Config) -> Env | Validation:
+    base = cfg.seed if cfg.seed is not None else secrets.randbits(31)
+    seeds = validation_seeds(base, design)
+    meta = {"validation": {"seed": base, "seeds": seeds}}
+    source_file = design.meta.get("source_file")  # a hand-written env: its verdict names it
+    if source_file is not None:
+        meta["source_file"] = source_file
     source = None
     try:
-        is_source = design.meta.get("source_file") is not None
-        source = static_checks(design.completion, is_source=is_source)
-        with Worker(sandbox) as worker:
-            facts = runtime_checks(worker, source)
+        source = static_checks(design.completion, is_source=source_file is not None)
+        facts = runtime_checks(cfg.sandbox, source, seeds)
     except ContractError as exc:
         return Validation(check=exc.check, outcome=exc.outcome, domain=design.domain,
                           skill=design.skill, parents=[design.id], policy=design.policy,
                           round=design.round, slot=design.slot, attempt=design.attempt,
-                          error=Failure(type=exc.check, msg=exc.msg),
+                          error=Failure(type=exc.check, msg=exc.msg), meta=meta,
                           source_hash=source_hash(source) if source else None)
     if facts.domain != design.domain:
         return Validation(check="structure", domain=design.domain, skill=design.skill,
                           parents=[design.id], policy=design.policy, round=design.round,
-                          slot=design.slot, attempt=design.attempt,
+                          slot=design.slot, attempt=design.attempt, meta=meta,
                           source_hash=source_hash(source),
                           error=Failure(type="structure", msg=f"asked for a {design.domain} env, "
                                         f"got a {facts.domain} env ({facts.class_name})"))
     return Env(domain=facts.domain, skill=design.skill, class_name=facts.class_name,
                source=source, source_hash=source_hash(source), max_turns=facts.max_turns,
-               tools=facts.tools, parents=[design.id], policy=design.policy)
+               tools=facts.tools, parents=[design.id], policy=design.policy, meta=meta)
+
+
+def validate_isolated(design: Design, cfg: Config) -> Env | Validation:
+    """validate_one, where an unexpected error becomes this design's `internal` reject."""
+    def internal(failure: Failure) -> Validation:
+        meta = {k: v for k, v in design.meta.items() if k == "source_file"}
+        return Validation(check="internal", outcome=INTERNAL, domain=design.domain,
+                          skill=design.skill, parents=[design.id], policy=design.policy,
+                          round=design.round, slot=design.slot, attempt=design.attempt,
+                          error=failure, meta=meta)
+
+    return isolated(f"validate: design {design.id}", lambda: validate_one(design, cfg), internal)
 
 
 def run(designs: Iterable[Record], cfg: Config, stats: Stats) -> Iterator[Record]:
@@ -70,7 +111,7 @@ def run(designs: Iterable[Record], cfg: Config, stats: Stats) -> Iterator[Record
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
         pending: deque[Future] = deque()
         for design in designs:
-            pending.append(pool.submit(validate_one, design, cfg.sandbox))
+            pending.append(pool.submit(validate_isolated, design, cfg))
             if len(pending) >= 2 * cfg.workers:
                 yield _count(pending.popleft().result(), stats)
         while pending:

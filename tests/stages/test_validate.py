@@ -1,4 +1,5 @@
-"""validate: every broken fixture is rejected by its own check; the seed library passes."""
+"""validate: every broken or gaming fixture is rejected by its own check; every valid fixture and
+the seed library pass; validation seeds are fresh, recorded and replayable."""
 
 from pathlib import Path
 
@@ -9,7 +10,10 @@ from stages import validate as stage
 from stages.records import Design, Env, Validation, dumps
 from stages.shards import Stats, read
 
-BROKEN = Path(__file__).parent.parent / "fixtures" / "validate" / "broken"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "validate"
+BROKEN = FIXTURES / "broken"
+VALID = FIXTURES / "valid"
+OLD_FIXED_SEEDS = {0, 1, 2, 3, 5, 7, 42, 123}
 
 
 def expected_check(path: Path) -> str:
@@ -26,11 +30,29 @@ def design_for(path: Path) -> Design:
 
 @pytest.mark.parametrize("path", sorted(BROKEN.iterdir()), ids=lambda p: p.name)
 def test_each_broken_fixture_fails_its_own_check(path, jail_available):
-    record = stage.validate_one(design_for(path), stage.Config().sandbox)
+    record = stage.validate_one(design_for(path), stage.Config())
     assert isinstance(record, Validation), f"{path.name} was accepted"
     assert record.check == expected_check(path), record.error.msg
     assert record.error.type == record.check and record.error.msg
     assert record.ok is False
+
+
+@pytest.mark.parametrize("path", sorted(VALID.glob("*.py")), ids=lambda p: p.name)
+def test_each_valid_fixture_is_accepted(path, jail_available):
+    record = stage.validate_one(design_for(path), stage.Config())
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+
+
+def test_valid_corpus_is_varied_and_says_what_each_env_is():
+    paths = sorted(VALID.glob("*.py"))
+    assert len(paths) >= 20
+    for path in paths:
+        first = path.read_text().splitlines()[0]
+        assert first.startswith('"""Valid: '), f"{path.name} lacks its docstring line"
+    sources = "\n".join(path.read_text() for path in paths)
+    for module in ("datetime", "hashlib", "uuid", "time", "sys", "json", "re", "collections",
+                   "itertools"):
+        assert f"import {module}\n" in sources, module
 
 
 def test_every_check_has_a_broken_fixture():
@@ -57,7 +79,7 @@ def test_seed_library_passes_and_covers_every_skill(jail_available):
 
 def test_shipped_env_shard_matches_what_validate_produces(jail_available):
     shipped = list(read([str(seed_library.ENV_SHARD)]))
-    fresh = list(stage.run(seed_library.designs(), stage.Config(), Stats()))
+    fresh = list(stage.run(seed_library.designs(), stage.Config(seed=0), Stats()))
     assert [dumps(r) for r in shipped] == [dumps(r) for r in fresh], \
         "stages/seed_library/envs.jsonl is stale: run `just seeds`"
 
@@ -65,14 +87,14 @@ def test_shipped_env_shard_matches_what_validate_produces(jail_available):
 def test_answer_with_prose_around_the_code_is_extracted(jail_available):
     source = seed_library.files("game")[0].read_text()
     answer = f"Here is my environment.\n\n```python\n{source}```\nIt is fun."
-    record = stage.validate_one(Design(completion=answer, skill="x"), stage.Config().sandbox)
+    record = stage.validate_one(Design(completion=answer, skill="x"), stage.Config())
     assert isinstance(record, Env) and record.source.strip() == source.strip()
 
 
 def test_domain_mismatch_is_a_structure_reject(jail_available):
     source = seed_library.files("game")[0].read_text()
     design = Design(domain="tool_use", completion=f"```python\n{source}```")
-    record = stage.validate_one(design, stage.Config().sandbox)
+    record = stage.validate_one(design, stage.Config())
     assert isinstance(record, Validation) and record.check == "structure"
     assert "asked for a tool_use env" in record.error.msg
 
@@ -81,3 +103,21 @@ def test_output_is_in_input_order_with_more_designs_than_workers(jail_available)
     designs = seed_library.designs()[:5]
     records = list(stage.run(designs, stage.Config(workers=2), Stats()))
     assert [r.parents[0] for r in records] == [d.id for d in designs]
+
+
+def test_validation_seeds_are_fresh_recorded_and_replayable(jail_available):
+    design = design_for(BROKEN / "oracle.py")
+    first, second = (stage.validate_one(design, stage.Config()) for _ in range(2))
+    seeds = first.meta["validation"]["seeds"]
+    assert len(set(seeds)) == len(seeds) == 5 and not OLD_FIXED_SEEDS & set(seeds)
+    assert second.meta["validation"]["seeds"] != seeds
+    assert str(seeds[0]) in first.error.msg  # the failing episode names its seed
+    replay = stage.validate_one(design, stage.Config(seed=first.meta["validation"]["seed"]))
+    assert dumps(replay) == dumps(first)
+
+
+def test_a_given_seed_makes_validation_reproducible_per_design():
+    designs = seed_library.designs()[:2]
+    assert stage.validation_seeds(7, designs[0]) == stage.validation_seeds(7, designs[0])
+    assert stage.validation_seeds(7, designs[0]) != stage.validation_seeds(8, designs[0])
+    assert stage.validation_seeds(7, designs[0]) != stage.validation_seeds(7, designs[1])
