@@ -3,14 +3,38 @@
 In: an env program's source and requests (load, reset, step, solution, tools, criteria).
 Out: `Reply(outcome, result, shape, error)`; outcome is one of OUTCOMES.
 Guarantees: no call blocks past `Limits.call_timeout`; a worker that hangs, floods output, runs
-out of memory or dies is killed (whole process group) and reported, never raised; a jail that
-cannot start is `sandbox_failure` (stages stop with exit 69: infrastructure, not the env's fault).
+out of memory or dies is killed (whole process group) and reported, never raised; every reply is
+checked once, here, by sandbox/replies.py (an ok reply has its op's types, finite 64-bit numbers,
+valid UTF-8; anything else, forged replies included, is the env's `program_error` with a
+one-line reason); a jail that cannot start is `sandbox_failure` (stages stop with exit 69:
+infrastructure, not the env's fault). Jails die with the process that started them, even by
+SIGKILL (nsjail gets PR_SET_PDEATHSIG, and gives its child the same); what a killed process
+left (scratch dirs, nsjail cgroups) is swept by the next process that starts a jail.
 
 What the nsjail jail covers: user/pid/net/mount/ipc/uts/cgroup namespaces (no network at all, no
 host processes visible, no signals out), a filesystem of read-only binds (/usr, /lib, /lib64, the
 worker's two files, /dev/null, /dev/urandom) plus a size-capped tmpfs /tmp, outside uid/gid
 nobody, rlimits (address space, cpu, file size, open files, processes), cgroup v1 memory and pids
-limits where the cgroup parents exist or can be made, and a lifetime time limit.
+limits where the cgroup parents exist or can be made, a lifetime time limit, and a seccomp-bpf
+policy (SECCOMP_POLICY, nsjail's kafel language). The policy allows by default and refuses, with
+EPERM, what a stdlib-only env never needs and kernel privilege escalations start from:
+  - namespaces: unshare, setns, clone with any CLONE_NEW* flag; clone3 gets ENOSYS (its flags
+    sit in memory seccomp cannot read), so glibc falls back to clone for threads and fork;
+  - mounts and roots: mount, umount2 (kafel calls it umount), pivot_root, chroot, the new mount
+    API (fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, open_tree_attr,
+    mount_setattr, listmount, statmount);
+  - other processes: ptrace, process_vm_readv/writev, pidfd_getfd, kcmp;
+  - kernel attack surface: bpf, perf_event_open, userfaultfd, io_uring_setup/enter/register,
+    keyctl, add_key, request_key, personality, modify_ldt, iopl, ioperm, name_to_handle_at,
+    open_by_handle_at, fanotify_init, migrate_pages, move_pages, uselib;
+  - the machine: kexec_load, kexec_file_load, init/finit/delete_module, reboot, swapon,
+    swapoff, acct, quotactl, quotactl_fd, syslog, vhangup, sethostname, setdomainname,
+    settimeofday, clock_settime, clock_adjtime, adjtimex;
+  - sockets other than AF_UNIX, AF_INET and AF_INET6 (netlink, packet, vsock, alg, ...) get
+    EAFNOSUPPORT.
+kafel also kills any syscall made through another ABI (32-bit `int 0x80`); x32 syscall numbers
+are not filtered, which is safe only on kernels built or booted without x32 (most distributions;
+tests/sandbox/test_seccomp.py checks it here).
 What it does not cover: CPU time between calls is shared with the host (no cgroup cpu quota by
 default); an env can lie about its own results through the protocol (validation treats replies
 as data). `mode="none"` is a plain subprocess with rlimits: NOT a security boundary.
@@ -19,12 +43,15 @@ as data). `mode="none"` is a plain subprocess with rlimits: NOT a security bound
 from __future__ import annotations
 
 import atexit
+import ctypes
 import errno
+import fcntl
 import hashlib
 import importlib.util
 import json
 import logging
 import os
+import queue
 import resource
 import selectors
 import shutil
@@ -34,9 +61,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from socket import AF_INET, AF_INET6, AF_UNIX
+from typing import Any, Callable
+
+from sandbox.replies import Reply
+from sandbox.replies import check as check_reply
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +103,6 @@ class Sandbox:
     limits: Limits = field(default_factory=Limits)
     nsjail: str | None = None
     python: str | None = None
-
-
-@dataclass
-class Reply:
-    outcome: str
-    result: Any = None
-    shape: list | None = None
-    error: dict[str, str] | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
 
 
 # -- locating what the jail needs --------------------------------------------------------------
@@ -183,6 +203,30 @@ def cgroup_controllers() -> dict[str, bool]:
 # -- building the command line -----------------------------------------------------------------
 
 PYTHON_FLAGS = ["-s", "-S", "-P"]  # no site dirs, no site module, no cwd on sys.path
+CLONE_NEW_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+SECCOMP_POLICY = f"""
+POLICY spade_refused {{
+  ERRNO({errno.EPERM}) {{
+    clone {{ (clone_flags & {CLONE_NEW_FLAGS:#x}) != 0 }},
+    unshare, setns,
+    mount, umount, pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount,
+    open_tree, open_tree_attr, mount_setattr, listmount, statmount,
+    ptrace, process_vm_readv, process_vm_writev, pidfd_getfd, kcmp,
+    bpf, perf_event_open, userfaultfd, io_uring_setup, io_uring_enter, io_uring_register,
+    keyctl, add_key, request_key, personality, modify_ldt, iopl, ioperm,
+    name_to_handle_at, open_by_handle_at, fanotify_init, migrate_pages, move_pages, uselib,
+    kexec_load, kexec_file_load, init_module, finit_module, delete_module,
+    reboot, swapon, swapoff, acct, quotactl, quotactl_fd, syslog, vhangup,
+    sethostname, setdomainname, settimeofday, clock_settime, clock_adjtime, adjtimex
+  }},
+  ERRNO({errno.ENOSYS}) {{ clone3 }},
+  ERRNO({errno.EAFNOSUPPORT}) {{
+    socket {{ family != {AF_UNIX} && family != {AF_INET} && family != {AF_INET6} }},
+    socketpair {{ family != {AF_UNIX} }}
+  }}
+}}
+USE spade_refused DEFAULT ALLOW
+"""
 JAIL_ENV = {"HOME": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8", "LANG": "C.UTF-8"}
 
@@ -194,7 +238,7 @@ def nsjail_argv(nsjail: str, python: str, worker_dir: str, limits: Limits, log_p
             "--rlimit_fsize", str(limits.fsize_mb), "--rlimit_nofile", str(limits.nofile),
             "--rlimit_nproc", str(256 if cgroups.get("pids") else limits.pids),
             "--hostname", "jail", "--cwd", "/tmp", "--user", JAIL_UID, "--group", JAIL_UID,
-            "--disable_proc"]
+            "--disable_proc", "--seccomp_string", " ".join(SECCOMP_POLICY.split())]
     for path in ("/usr", "/lib", "/lib64", "/dev/null", "/dev/urandom"):
         if os.path.exists(path):
             argv += ["-R", path]
@@ -222,6 +266,139 @@ def _rlimits_for_none_mode(limits: Limits):
     return apply
 
 
+# -- jails die with this process; what dead ones left is swept ---------------------------------
+
+PR_SET_PDEATHSIG = 1
+STALE_AFTER = 10.0  # seconds; far longer than creating a dir and locking it takes
+
+_spawn_requests: queue.SimpleQueue = queue.SimpleQueue()
+_spawner_lock = threading.Lock()
+_spawner: threading.Thread | None = None
+
+
+def spawn(argv: list[str], then: Callable[[], None] | None = None,
+          **popen_kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen(argv) whose process gets SIGKILL when this process dies, however it dies.
+
+    The child asks for PR_SET_PDEATHSIG before it execs (then runs `then`, if given). The kernel
+    sends that signal when the *thread* that forked the child ends, so every child is forked by
+    one daemon thread that lives as long as the process: forked from a pool's short-lived
+    thread, a jail would die while still in use.
+    """
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_serve_spawns, name="jail-spawner", daemon=True)
+            _spawner.start()
+    done: Future = Future()
+    popen_kwargs["preexec_fn"] = _die_with_parent(os.getpid(), then)
+    _spawn_requests.put((done, argv, popen_kwargs))
+    return done.result()
+
+
+def _serve_spawns() -> None:
+    while True:
+        done, argv, popen_kwargs = _spawn_requests.get()
+        try:
+            done.set_result(subprocess.Popen(argv, **popen_kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+            done.set_exception(exc)
+
+
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up once, here: a child only calls it
+
+
+def _die_with_parent(parent: int, then: Callable[[], None] | None) -> Callable[[], None]:
+    def preexec() -> None:
+        _prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+              ctypes.c_ulong(0), ctypes.c_ulong(0))
+        if os.getppid() != parent:  # the parent died before the request: nobody will signal
+            os._exit(1)
+        if then is not None:
+            then()
+
+    return preexec
+
+
+def lock_dir(path: str) -> int:
+    """Hold an exclusive flock on `path` for as long as the returned descriptor stays open
+    (the kernel drops it when the process dies, however it dies)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _in_use(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def sweep_leftovers(tmp: str | None = None) -> list[str]:
+    """Remove what killed processes left behind; returns what was removed.
+
+    Scratch dirs (`spade-jail-*`, this uid's, that no live process holds locked), staging dirs
+    (`.spade-worker-*`: staging takes milliseconds) and empty nsjail cgroups (a live jail's
+    cgroup holds its process, so rmdir refuses it). Only what is older than STALE_AFTER, so
+    nothing another process is creating this moment.
+    """
+    tmp = tmp or tempfile.gettempdir()
+    old = time.time() - STALE_AFTER
+    removed = []
+    with os.scandir(tmp) as entries:
+        for entry in entries:
+            if not entry.name.startswith(("spade-jail-", ".spade-worker-")):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
+                    or info.st_mtime > old \
+                    or entry.name.startswith("spade-jail-") and _in_use(entry.path):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    for controller, usable in cgroup_controllers().items():
+        parent = CGROUP_ROOT / controller / "NSJAIL"
+        for cgroup in parent.glob("NSJAIL.*") if usable else []:
+            try:
+                if cgroup.stat().st_mtime <= old:
+                    cgroup.rmdir()
+                    removed.append(str(cgroup))
+            except OSError:  # EBUSY: a live jail's
+                continue
+    return removed
+
+
+_swept = False
+_sweep_lock = threading.Lock()
+
+
+def _sweep_once() -> None:
+    global _swept
+    with _sweep_lock:
+        if _swept:
+            return
+        _swept = True
+    try:
+        removed = sweep_leftovers()
+    except OSError as exc:
+        log.warning("could not sweep leftovers of killed spade processes: %s", exc)
+        return
+    if removed:
+        log.info("swept %d leftovers of killed spade processes (scratch dirs, cgroups)",
+                 len(removed))
+
+
 # -- the worker --------------------------------------------------------------------------------
 
 _live: set["Worker"] = set()
@@ -243,7 +420,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.dead: Reply | None = None
         self._buffer = b""
-        self._killed_by_us = False
+        self._request_id = 0
 
     def __enter__(self) -> "Worker":
         self.start()
@@ -254,17 +431,20 @@ class Worker:
 
     def start(self) -> Reply:
         """Launch the worker and wait until it answers; raises SandboxUnavailable if it can't."""
+        _sweep_once()
         self._scratch = tempfile.TemporaryDirectory(prefix="spade-jail-")
+        self._scratch_lock = lock_dir(self._scratch.name)  # tells sweep_leftovers it is live
         self._log_path = os.path.join(self._scratch.name, "nsjail.log")
         self._stderr = open(os.path.join(self._scratch.name, "stderr"), "wb")
         try:
             argv, preexec, env = self._command()
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._stderr, start_new_session=True,
-                                         preexec_fn=preexec, env=env, close_fds=True)
+            self.proc = spawn(argv, then=preexec, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=self._stderr, start_new_session=True, env=env,
+                              close_fds=True)
         except (OSError, SandboxUnavailable) as exc:
             self._stderr.close()
             self._scratch.cleanup()
+            os.close(self._scratch_lock)
             if isinstance(exc, SandboxUnavailable):
                 raise
             raise SandboxUnavailable(f"cannot launch the jail: {exc}") from None
@@ -305,27 +485,27 @@ class Worker:
             return self.dead
         assert self.proc is not None, "start() the worker first"
         deadline = time.monotonic() + self.limits.call_timeout
-        failed = self._send(json.dumps({"op": op, **fields}).encode() + b"\n", deadline)
+        self._request_id += 1
+        request = {"op": op, "id": self._request_id, **fields}
+        failed = self._send(json.dumps(request).encode() + b"\n", deadline)
         if failed is not None:
             return failed
         line = self._read_line(deadline)
         if isinstance(line, Reply):
             return line
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return self._finish(Reply("program_error", error={"type": "protocol",
-                                                               "msg": "worker sent a bad reply"}))
-        if message.get("ok"):
-            return Reply("ok", message.get("result"), message.get("shape"))
-        error = message.get("error") or {}
-        if error.get("type") == "MemoryError":
+        reply = check_reply(op, self._request_id, line)
+        if reply.ok:
+            return reply
+        kind = reply.error["type"]
+        if kind == "protocol":  # the stream is out of step: nothing later can be trusted
+            return self._finish(reply)
+        if kind == "MemoryError":
             return self._finish(Reply("oom", error={"type": "MemoryError",
                                                     "msg": "the env ran out of memory"}))
-        if error.get("type") == "OSError" and f"[Errno {errno.EFBIG}]" in error.get("msg", ""):
+        if kind == "OSError" and f"[Errno {errno.EFBIG}]" in reply.error["msg"]:
             return self._finish(Reply("output_limit", error={
                 "type": "output_limit", "msg": f"the env wrote more than {self.limits.fsize_mb} MB"}))
-        return Reply("program_error", error={k: str(v) for k, v in error.items()})
+        return reply
 
     def _timed_out(self) -> Reply:
         return self._finish(Reply("timeout", error={
@@ -446,6 +626,7 @@ class Worker:
                 pass
         self._stderr.close()
         self._scratch.cleanup()
+        os.close(self._scratch_lock)
         _live.discard(self)
         self.proc = None
 

@@ -1,32 +1,55 @@
 """The jailed worker: loads one environment program and answers requests about it.
 
-In: JSON lines on stdin, one request each: {"op": "ping"}, {"op": "load", "source": ...}, {"op": "reset",
-"seed": ...}, {"op": "step", "action": ...}, {"op": "solution"}, {"op": "tools"},
-{"op": "criteria"}, {"op": "close"}.
+In: JSON lines on stdin, one request each, with an "id" the reply echoes: {"op": "ping"},
+{"op": "load", "source": ...}, {"op": "reset", "seed": ...}, {"op": "step", "action": ...},
+{"op": "solution"}, {"op": "tools"}, {"op": "criteria"}, {"op": "close"}.
 Out: one JSON line per request on the protocol pipe (the original stdout):
-{"ok": true, "result": ..., "shape": [type name, length]} or
-{"ok": false, "error": {"type": ..., "msg": ..., "trace": ...}}.
-Guarantees: whatever the env does (raise, print, read stdin, sys.exit), the protocol stays
-intact: the env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
+{"id": ..., "ok": true, "result": ..., "shape": [kind, length]} or
+{"id": ..., "ok": false, "error": {"type": ..., "msg": ..., "trace": ...}}.
+The result holds plain JSON types only, made here from what the env returned without calling the
+env's own methods: an exact str, int or float, lists for tuples and lists, dicts with str keys;
+a non-finite float becomes {"__float__": "nan"}, any other object {"__object__": type name,
+"repr": ...}. `kind` is "tuple", "list", "dict" or "str" for those (and their subclasses),
+otherwise the type's name. An env error's msg ends with where in the env it happened:
+`division by zero (env.py:42: return 1/0)`.
+Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json or os), the
+replies are written by functions and descriptors this worker took before any env code ran; the
+env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
 
 Runs inside the jail under the system interpreter with `-s -S -P`, stdlib only. It is not a
-security boundary by itself: the jail is. An env that writes to the protocol descriptor can only
-lie about its own results, which validation and rollouts treat as data.
+security boundary by itself: the jail is. An env can still write onto the protocol descriptor
+or patch this module (it is __main__); the parent checks every reply (sandbox/replies.py), so
+that only ever turns into the env's own program_error.
 """
 
 import json
+import linecache
 import math
 import os
 import sys
 import traceback
+# Module globals shadow builtins: an env that patches builtins.isinstance & co. misses these.
+from builtins import (BaseException, MemoryError, StopIteration, SyntaxError, ValueError,
+                      callable, getattr, isinstance, issubclass, len, repr, str, type)
 
 MAX_TRACE = 2000
+MAX_DEPTH = 20  # deeper values are sent as their repr
+ENV_FILE = "env.py"  # the filename env code is compiled under: tracebacks and messages cite it
+
+# Taken before any env code runs, so an env that patches json, os or sys cannot reach them.
+_encode = json.encoder.c_make_encoder(
+    None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+_scan = json.JSONDecoder().scan_once  # the C scanner itself: patching JSONDecoder misses it
+_write = os.write
+_str, _int_of, _float_of = str.__str__, int.__int__, float.__float__
+_list_items, _tuple_items, _dict_items = list.__iter__, tuple.__iter__, dict.items
+_type_name = type.__dict__["__name__"].__get__  # a metaclass cannot override this one
 
 
 def open_protocol():
     """Keep private copies of stdin/stdout for the protocol; give the env harmless ones."""
     requests = os.fdopen(os.dup(0), "rb")
-    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    replies = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # env prints end up on stderr, which the parent caps and discards
@@ -35,37 +58,73 @@ def open_protocol():
     return requests, replies
 
 
-def jsonable(value, depth=0):
-    """Coerce what an env returns into JSON; unknown objects become their repr."""
-    if depth > 20:
-        return repr(value)[:200]
-    if value is None or isinstance(value, (bool, int, str)):
+def plain(value, depth=0):
+    """What an env returned, as plain JSON values, read through the base types' own slots (a
+    subclass's overrides never run)."""
+    kind = type(value)
+    if value is None or kind is bool:
         return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"__float__": repr(value)}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(item, depth + 1) for item in value]
-    if isinstance(value, dict):
-        return {str(key): jsonable(item, depth + 1) for key, item in value.items()}
-    return {"__object__": type(value).__name__, "repr": repr(value)[:200]}
+    if issubclass(kind, str):
+        return _str(value)
+    if issubclass(kind, int):
+        return _int_of(value)
+    if issubclass(kind, float):
+        number = _float_of(value)
+        return number if math.isfinite(number) else {"__float__": repr(number)}
+    if depth < MAX_DEPTH:
+        if issubclass(kind, list):
+            return [plain(item, depth + 1) for item in _list_items(value)]
+        if issubclass(kind, tuple):
+            return [plain(item, depth + 1) for item in _tuple_items(value)]
+        if issubclass(kind, dict):
+            return {key_text(key): plain(item, depth + 1) for key, item in _dict_items(value)}
+    return {"__object__": _type_name(kind), "repr": safe_text(value, repr, 200)}
 
 
-def shape(value):
-    size = len(value) if isinstance(value, (tuple, list, dict, str)) else None
-    return [type(value).__name__, size]
+def key_text(key):
+    """A dict key as JSON writes it: str as is, numbers, bools and None as JSON spells them."""
+    kind = type(key)
+    if issubclass(kind, str):
+        return _str(key)
+    if key is None or kind is bool or issubclass(kind, (int, float)):
+        return "".join(_encode(plain(key), 0))
+    return safe_text(key, repr, 200)
+
+
+def safe_text(value, render, limit):
+    """render(value) (str or repr, which run env code) as an exact str, or a note if it fails."""
+    try:
+        return _str(render(value))[:limit]
+    except BaseException:  # noqa: BLE001 - env code may raise anything, SystemExit included
+        return f"<{_type_name(type(value))} that cannot be shown>"
+
+
+def shape(value, converted):
+    """[kind, length] of what the env returned; `converted` is plain(value)."""
+    kind = type(value)
+    for base in (tuple, list, dict, str):
+        if issubclass(kind, base):
+            return [base.__name__, len(converted)]
+    return [_type_name(kind), None]
 
 
 class Session:
     def __init__(self, base_dir):
         self.base_dir = base_dir
         self.env = None
+        self.source_lines = []
         # compiled at start-up (which a worker pool overlaps with other work), not per load
-        self.tool_base = self._tool_base()
+        self.tool_base = self._tool_base()["ToolUseBaseEnv"]
+        # The reset gate runs from a second, private copy of tool_base that env code never
+        # sees, so redefining a method, the injected base class or its module changes nothing.
+        self.criteria_status = self._tool_base()["criteria_status"]
 
     def load(self, source):
         namespace = {"__name__": "spade_env", "ToolUseBaseEnv": self.tool_base}
-        code = compile(source, "<env>", "exec")
-        exec(code, namespace)
+        self.source_lines = source.splitlines(True)
+        # tracebacks through env code show its lines (mtime None: linecache never re-reads it)
+        linecache.cache[ENV_FILE] = (len(source), None, self.source_lines, ENV_FILE)
+        exec(compile(source, ENV_FILE, "exec"), namespace)
         base = namespace["ToolUseBaseEnv"]
         classes = [obj for name, obj in namespace.items()
                    if isinstance(obj, type) and name.endswith("Env") and obj is not base
@@ -74,7 +133,7 @@ class Session:
             raise LookupError("no class whose name ends in 'Env'")
         cls = classes[0]
         self.env = cls()
-        return {"class_name": cls.__name__,
+        return {"class_name": _type_name(cls),
                 "domain": "tool_use" if issubclass(cls, base) else "game",
                 "max_turns": getattr(self.env, "max_turns", None)}
 
@@ -83,7 +142,7 @@ class Session:
         namespace = {"__name__": "spade_tool_base"}
         with open(path) as fh:
             exec(compile(fh.read(), path, "exec"), namespace)
-        return namespace["ToolUseBaseEnv"]
+        return namespace
 
     def handle(self, request):
         op = request.get("op")
@@ -102,23 +161,54 @@ class Session:
         if op == "tools":
             return self.env.get_tools()
         if op == "criteria":
-            return self.env.criteria_status()
+            return self.criteria_status(self.env)
         if op == "close":
             close = getattr(self.env, "close", None)
             return close() if callable(close) else None
         raise ValueError(f"unknown op {op!r}")
 
+    def where(self, exc):
+        """' (env.py:LINE: source text)' for the innermost env line `exc` passed through."""
+        line = None
+        try:
+            if isinstance(exc, SyntaxError) and exc.filename == ENV_FILE:
+                line = exc.lineno
+            tb = exc.__traceback__
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == ENV_FILE:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+        except BaseException:  # noqa: BLE001 - an env can make these attributes raise
+            return ""
+        if type(line) is not int or not 0 < line <= len(self.source_lines):
+            return ""
+        text = self.source_lines[line - 1].strip()
+        return f" ({ENV_FILE}:{line}: {text[:80]}{'...' if len(text) > 80 else ''})"
+
 
 def reply_for(session, request):
     try:
         result = session.handle(request)
-        return {"ok": True, "result": jsonable(result), "shape": shape(result)}
+        converted = plain(result)
+        return {"ok": True, "result": converted, "shape": shape(result, converted)}
     except MemoryError:
         return {"ok": False, "error": {"type": "MemoryError", "msg": "out of memory"}}
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from env code are data too
-        trace = traceback.format_exc()[-MAX_TRACE:]
-        return {"ok": False, "error": {"type": type(exc).__name__, "msg": str(exc)[:500],
-                                       "trace": trace}}
+        try:
+            trace = traceback.format_exc()[-MAX_TRACE:]
+        except BaseException:  # noqa: BLE001 - formatting calls the exception's own __str__
+            trace = ""
+        return {"ok": False, "error": {
+            "type": _type_name(type(exc)),
+            "msg": safe_text(exc, str, 500) + session.where(exc), "trace": trace}}
+
+
+def encoded(answer):
+    try:
+        return _encode(answer, 0)
+    except (TypeError, ValueError, RecursionError) as exc:  # e.g. an int of 5000 digits
+        return _encode({"id": answer["id"], "ok": False, "error": {
+            "type": "EncodeError", "msg": safe_text(exc, str, 300)}}, 0)
 
 
 def main():
@@ -126,17 +216,15 @@ def main():
     session = Session(os.path.dirname(os.path.abspath(__file__)))
     for line in requests:
         try:
-            request = json.loads(line)
-        except ValueError:
+            request = _scan(line.decode("utf-8"), 0)[0]
+        except (ValueError, StopIteration):
             request = None
         if not isinstance(request, dict):
             request = {"op": None}
-        answer = reply_for(session, request)
-        try:
-            data = json.dumps(answer, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            data = json.dumps({"ok": False, "error": {"type": "EncodeError", "msg": str(exc)}})
-        replies.write(data.encode("utf-8", "replace") + b"\n")
+        answer = {"id": request.get("id"), **reply_for(session, request)}
+        data = memoryview("".join(encoded(answer)).encode("ascii") + b"\n")
+        while data:
+            data = data[_write(replies, data):]
         if request.get("op") == "close":
             break
 

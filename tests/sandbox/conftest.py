@@ -1,14 +1,12 @@
 """Fixtures for the sandbox tests: can a jail run here, make workers, and check nothing leaks.
 
-Leak checking is scoped to the jails these tests start: other engineers' test runs on the same
-host also start nsjail workers (uid 65534 outside), and other test directories may rely on the
-atexit hook to close theirs, so "any uid 65534 process" would be flaky. Every Worker a sandbox
-test starts is recorded (its nsjail pid and the pid namespace of its jailed init); at session
-teardown none of those nsjail processes may still be our child, and no live (non-zombie) uid
-65534 process may sit in one of those namespaces or below one of those nsjails.
-Zombies are ignored: a SIGKILLed nsjail leaves its jailed init to be reaped by PID 1, and in some
-containers PID 1 never reaps (the process is dead and holds no memory; see test_jail.py's
-test_close_reaps_jail_and_cgroups for the jail.py side of that).
+Leak checking is scoped to the jails these tests start, never "every uid 65534 process": a
+`spade run` or a second test run on the same host has jails of its own. Every Worker a sandbox
+test starts is recorded: its nsjail and the jailed worker (pid 1 of the jail's pid namespace),
+each as (pid, start time), so a pid the kernel hands to someone else's process later is not
+mistaken for ours. At session teardown none of them, and nothing below them, may be alive.
+Zombies are ignored (dead, holding no memory; in some containers PID 1 never reaps them), except
+an nsjail of ours that nobody waited for.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ class Proc:
     uid: int
     state: str
     name: str
+    started: int  # clock ticks after boot: with the pid, it names one process for good
 
     @property
     def pidns(self) -> str | None:
@@ -41,20 +40,23 @@ class Proc:
             return None
 
 
+def read_proc(pid: int) -> Proc | None:
+    """One process from /proc/PID/status and /proc/PID/stat, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read().rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+        return Proc(pid, int(fields["PPid"]), int(fields["Uid"].split()[1]),
+                    fields["State"].split()[0], fields["Name"].strip(), int(stat[19]))
+    except (OSError, KeyError, ValueError, IndexError):
+        return None  # exited while we looked
+
+
 def processes() -> list[Proc]:
-    """Every process on the host, from /proc/*/status."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as fh:
-                fields = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
-            found.append(Proc(int(entry), int(fields["PPid"]), int(fields["Uid"].split()[1]),
-                              fields["State"].split()[0], fields["Name"].strip()))
-        except (OSError, KeyError, ValueError, IndexError):
-            continue  # exited while we looked
-    return found
+    """Every process on the host."""
+    found = (read_proc(int(entry)) for entry in os.listdir("/proc") if entry.isdigit())
+    return [proc for proc in found if proc is not None]
 
 
 def descendants(root: int, procs: list[Proc]) -> set[int]:
@@ -80,39 +82,26 @@ def jailed_init(worker: Worker) -> Proc | None:
     return None
 
 
-_recorded_namespaces: set[str] = set()
-_recorded_nsjails: set[int] = set()
+_recorded: set[tuple[int, int]] = set()  # (pid, start time) of our nsjails and jailed workers
 
 
 def record(worker: Worker) -> None:
     if worker.proc is None or worker.sandbox.mode != "nsjail":
         return
-    _recorded_nsjails.add(worker.proc.pid)
-    init = jailed_init(worker)
-    ns = init.pidns if init else None
-    if ns:
-        _recorded_namespaces.add(ns)
+    for proc in (read_proc(worker.proc.pid), jailed_init(worker)):
+        if proc is not None:
+            _recorded.add((proc.pid, proc.started))
 
 
 def leftovers() -> list[Proc]:
     """Live processes that the jails of these tests left behind (see the module docstring)."""
     me = os.getpid()
     procs = processes()
-    ours = set()
-    for pid in _recorded_nsjails:
+    ours = {proc.pid for proc in procs if (proc.pid, proc.started) in _recorded}
+    for pid in list(ours):
         ours |= descendants(pid, procs)
-    bad = []
-    for proc in procs:
-        nsjail_of_ours = proc.ppid == me and proc.pid in _recorded_nsjails
-        if proc.state == "Z":
-            if nsjail_of_ours:
-                bad.append(proc)  # an nsjail nobody waited for
-            continue
-        if nsjail_of_ours:
-            bad.append(proc)
-        elif proc.uid == NOBODY and (proc.pid in ours or proc.pidns in _recorded_namespaces):
-            bad.append(proc)
-    return bad
+    return [proc for proc in procs if proc.pid in ours
+            and (proc.state != "Z" or proc.ppid == me)]  # a zombie child of ours: never waited
 
 
 def wait_for_no_leftovers(timeout: float = 3.0) -> list[Proc]:
@@ -126,7 +115,7 @@ def wait_for_no_leftovers(timeout: float = 3.0) -> list[Proc]:
 
 @pytest.fixture(autouse=True)
 def _record_workers(monkeypatch):
-    """Record every Worker a sandbox test starts (its nsjail pid and its pid namespace)."""
+    """Record every Worker a sandbox test starts (its nsjail and its jailed worker)."""
     original = Worker.start
 
     def recording_start(self, *args, **kwargs):
@@ -204,6 +193,7 @@ def jailkit():
     """The helpers above, for test modules (tests/ has no packages, so they can't import them)."""
     import types
 
-    return types.SimpleNamespace(processes=processes, jailed_init=jailed_init,
-                                 env_source=env_source, descendants=descendants, NOBODY=NOBODY,
-                                 leftovers=leftovers, wait_for_no_leftovers=wait_for_no_leftovers)
+    return types.SimpleNamespace(processes=processes, read_proc=read_proc,
+                                 jailed_init=jailed_init, env_source=env_source,
+                                 descendants=descendants, NOBODY=NOBODY, leftovers=leftovers,
+                                 wait_for_no_leftovers=wait_for_no_leftovers)

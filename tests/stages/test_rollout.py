@@ -143,4 +143,18 @@ def test_step_returning_the_wrong_shape_is_a_recorded_outcome(jail_available):
                            'return f"{self.left} left.", 0.25, False')
     play = next(stage.run([env(source=broken)], scripted("wait"), CFG))
     assert play.outcome == "program_error" and play.error.type == "env.program_error"
-    assert "step returned" in play.error.msg
+    assert play.error.msg.startswith("step: must return (observation, reward, terminated"), \
+        play.error.msg  # the reply check in sandbox/replies.py names what is wrong
+
+
+def test_a_static_pool_is_played_a_slice_per_round_every_env_once_per_pass():
+    """The fixed-env baseline: 24 of the pool per round without replacement (reference:
+    --spade-no-replacement), reproducible from the seed."""
+    envs_for_round = stage.envs_for_round
+    pool = [f"env_{i:02d}" for i in range(10)]
+    slices = [envs_for_round(pool, 3, r, seed=1) for r in range(6)]
+    assert all(len(chosen) == 3 for chosen in slices)
+    assert len(set().union(*slices[:3])) == 9 and len(set().union(*slices[3:])) == 9
+    assert slices == [envs_for_round(reversed(pool), 3, r, seed=1) for r in range(6)]
+    assert slices != [envs_for_round(pool, 3, r, seed=2) for r in range(6)]
+    assert envs_for_round(pool, 24, 7, seed=1) == set(pool)
