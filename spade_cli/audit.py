@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Inputs, MaxTokens,
-                               Model, Out, Overwrite, PromptsDir, Seed, Temperature,
-                               backend_spec)
+from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
+                               Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
+                               PromptsDir, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,9 @@ def audit(
     backend: BackendName = "hf",
     model: Model = ...,
     temperature: Temperature = 0.3,
+    top_p: TopP = JUDGE_TOP_P,
+    top_k: TopK = JUDGE_TOP_K,
+    enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
     seed: Seed = 0,
     prompts: PromptsDir = None,
@@ -54,7 +57,8 @@ def audit(
     with errors_to_exit("audit"):
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
-            temperature=temperature, max_tokens=max_tokens, seed=seed))
+            temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
+            enable_thinking=enable_thinking))
         shards = find_inputs("audit", inputs, {"env"}, "env records")
         known = list(read([s.path for s in find_shards(designs or [], {"design"})],
                           kinds={"design"}))
@@ -70,6 +74,7 @@ def audit(
                 yield record
 
         config = {"backend": backend, "model": model, "temperature": temperature,
+                  "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
                   "designs": [s.digest() for s in find_shards(designs or [], {"design"})]}
         run_stage("audit", shards, out, transform, config, stats, kinds={"env"},

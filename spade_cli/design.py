@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, MaxTokens, Model,
-                               Out, Overwrite, PromptsDir, Round, Seed, Temperature, TopK, TopP,
-                               backend_spec)
+from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
+                               EnableThinking, MaxTokens, Model, Out, Overwrite, PromptsDir, Round,
+                               Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,9 @@ def design(
     round: Round = 0,
     active_skills: Annotated[int, typer.Option(min=1, max=6,
                                                help="Skills active in this env set.")] = 3,
+    skill: Annotated[list[str] | None, typer.Option(
+        metavar="NAME", help="Rotate over these skills only (repeat the option; default: all "
+                             "six of the domain).")] = None,
     every: Annotated[int | None, typer.Option(
         min=1, help="k, the rounds an env set lives (default 4 for games, 8 for tool use): "
                     "skills rotate by env set, round // k.")] = None,
@@ -31,6 +34,8 @@ def design(
     corpus: Annotated[str | None, typer.Option(
         metavar="PATH", help="Corpus: JSONL (text/orig_doc), a directory of .txt/.md, or builtin:games / "
              "builtin:tool_use (the default for the domain).")] = None,
+    no_corpus: Annotated[bool, typer.Option(
+        "--no-corpus", help="Design without a corpus document (the no-corpus ablation).")] = False,
     corpus_words: Annotated[int | None, typer.Option(
         help="Truncate documents to this many words (default 6000 for games, 4000 for tool "
              "use).")] = None,
@@ -40,8 +45,9 @@ def design(
     max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per slot with --retry.")] = 5,
     seed: Seed = 0,
     temperature: Temperature = 0.6,
-    top_p: TopP = 1.0,
-    top_k: TopK = 0,
+    top_p: TopP = TOP_P,
+    top_k: TopK = TOP_K,
+    enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
@@ -52,9 +58,9 @@ def design(
 ) -> None:
     """Prompt the Environment Designer for new env programs, one per slot.
 
-    Skills rotate by env set (round // k); each slot gets one corpus document and memory
-    examples. With --retry, only the slots whose previous attempt `spade validate` rejected are
-    designed again.
+    Skills rotate by env set (round // k); each slot gets one corpus document (none with
+    --no-corpus) and memory examples. With --retry, only the slots whose previous attempt
+    `spade validate` rejected are designed again.
 
     Examples:
 
@@ -69,20 +75,32 @@ def design(
     from stages import design as stage
     from stages.backends import Sampling, load_backend
     from stages.shards import Stats, emit, find_shards, read
+    from stages.skills import SKILLS
 
     with errors_to_exit("design"):
         if domain not in ("game", "tool_use"):
             raise UsageError(f"--domain must be game or tool_use, not {domain!r}")
         if difficulty not in stage.DIFFICULTY_STEPS:
             raise UsageError(f"--difficulty must be one of {', '.join(stage.DIFFICULTY_STEPS)}")
+        skills = tuple(dict.fromkeys(skill or ()))
+        unknown = [name for name in skills if name not in SKILLS[domain]]
+        if unknown:
+            raise UsageError(f"--skill {unknown[0]!r} is not a {domain} skill: one of "
+                             f"{', '.join(SKILLS[domain])}")
+        if active_skills > len(skills or SKILLS[domain]):
+            raise UsageError(f"--active-skills {active_skills} is more than the "
+                             f"{len(skills or SKILLS[domain])} skills to rotate over")
+        if no_corpus and corpus:
+            raise UsageError("--no-corpus and --corpus exclude each other")
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(domain=domain, batch=batch, round=round, active_skills=active_skills,
                            every=every, difficulty=difficulty, seed=seed, max_attempts=max_attempts,
-                           prompts_dir=prompts, sampling=Sampling(
+                           prompts_dir=prompts, skills=skills, sampling=Sampling(
                                temperature=temperature, top_p=top_p, top_k=top_k,
-                               max_tokens=max_tokens))
-        documents = corpus_mod.load(corpus or f"builtin:{'games' if domain == 'game' else domain}",
-                                    corpus_words or stage.CORPUS_WORDS[domain])
+                               max_tokens=max_tokens, enable_thinking=enable_thinking))
+        documents = None if no_corpus else corpus_mod.load(
+            corpus or f"builtin:{'games' if domain == 'game' else domain}",
+            corpus_words or stage.CORPUS_WORDS[domain])
         memories = list(read([memory], kinds={"memory"})) if memory else []
         if retry:
             rejects = [r for r in read(retry, kinds={"validation"}) if r.round == round]
@@ -93,8 +111,10 @@ def design(
         config = {"backend": backend, "model": model, "domain": domain, "batch": batch,
                   "round": round, "active_skills": active_skills,
                   "env_set": stage.env_set_index(cfg), "difficulty": difficulty,
-                  "corpus": corpus, "seed": seed, "temperature": temperature, "top_p": top_p,
-                  "top_k": top_k, "max_tokens": max_tokens, "inputs": inputs,
+                  "corpus": corpus, "no_corpus": no_corpus,
+                  "skills": list(skills), "seed": seed, "temperature": temperature,
+                  "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
+                  "max_tokens": max_tokens, "inputs": inputs,
                   "slots": [(s.slot, s.attempt) for s in slots]}
         stats = Stats()
         progress = Progress("design", "designs", len(slots))

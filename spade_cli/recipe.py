@@ -96,10 +96,10 @@ def option_params(command: str) -> dict[str, str]:
 
     names = {}
     for param in commands.group().commands[command].params:
-        for opt in list(param.opts) + list(getattr(param, "secondary_opts", [])):
+        # a flag pair `--x/--no-x` is the key `x`; a lone flag `--no-x` is the key `no-x`
+        for opt in param.opts:
             if opt.startswith("--"):
-                names[opt[2:].removeprefix("no-") if opt.startswith("--no-") else opt[2:]] = \
-                    param.name
+                names[opt[2:]] = param.name
     return names
 
 
@@ -215,6 +215,8 @@ def _positive_int(value: Any) -> bool:
 
 def render_option(key: str, value: Any) -> list[str]:
     if isinstance(value, bool):
+        if key.startswith("no-"):  # a lone flag such as --no-corpus: false means leave it out
+            return [f"--{key}"] if value else []
         return [f"--{key}" if value else f"--no-{key}"]
     if isinstance(value, list):
         if value and all(isinstance(v, (int, float)) for v in value) and len(value) == 2 \
@@ -387,6 +389,8 @@ class Loop:
         """Env sets whose designer samples train this round: the set drawn at t trains at t + k
         (the reference's delay), scored over its whole window; the last round flushes the set
         still open, scored over the rounds it had."""
+        if not self.recipe.stage("design"):
+            return []  # a fixed pool (the fixed-env baseline): no designer samples to train
         k = self.recipe.window
         due = [start - k] if round == start and start >= k else []
         return due + ([start] if round == self.recipe.rounds - 1 else [])

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Inputs, MaxTokens,
-                               Model, Out, Overwrite, PromptsDir, Round, Seed, Temperature, TopK,
-                               TopP, backend_spec)
+from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
+                               EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
+                               PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -21,18 +21,27 @@ def rollout(
     hint: Annotated[bool, typer.Option("--hint/--no-hint",
                                        help="Append the env's hint to the first observation.")] = False,
     plays: Annotated[int, typer.Option("--plays", "-n", min=1, help="Plays per env.")] = 8,
+    envs_per_round: Annotated[int | None, typer.Option(
+        min=1, help="Play only this many of the input envs, a different slice each round "
+                    "(seeded; every env once before any twice): a static pool, as in the "
+                    "fixed-env baseline. Default: all.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Plays at once (one jail each; model "
                                                          "calls batched across them).")] = 8,
     max_turns: Annotated[int, typer.Option(min=1, max=25, help="Turn cap (the env's own "
                                                                 "max_turns applies under it).")] = 25,
     turn_timeout: Annotated[float, typer.Option(help="Seconds one env step may take.")] = 10.0,
-    episode_timeout: Annotated[float, typer.Option(help="Wall-clock seconds per play.")] = 600.0,
+    episode_timeout: Annotated[float, typer.Option(help="Wall-clock seconds per play, "
+                                                        "generation included.")] = 600.0,
+    max_observation_chars: Annotated[int, typer.Option(
+        min=1, help="Cut each observation and tool result to this many characters (the cut "
+                    "is marked).")] = 8192,
     round: Round = 0,
     backend: BackendName = "hf",
-    model: Model = "",
+    model: Model = ...,
     temperature: Temperature = 0.6,
-    top_p: TopP = 1.0,
-    top_k: TopK = 0,
+    top_p: TopP = TOP_P,
+    top_k: TopK = TOP_K,
+    enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 512,
     seed: Seed = 0,
     prompts: PromptsDir = None,
@@ -43,14 +52,24 @@ def rollout(
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
-    """Play env records and write one rollout record per play (per-turn ids and logprobs)."""
+    """Play env records and write one rollout record per play (per-turn ids and logprobs).
+
+    Each play runs in its own jail; the plays' model calls are batched turn by turn.
+
+    Examples:
+
+        spade rollout runs/q/r00/hint --hint -n 8 -m runs/q/model -o runs/q/r00/rollout-hint
+        spade rollout stages/seed_library/envs.jsonl -n 2 -m runs/q/model | jq .reward
+    """
     from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.inputs import find_inputs
+    from spade_cli.progress import Counted, Progress
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
     from sandbox.pool import WorkerPool
     from stages import rollout as stage
     from stages.backends import Sampling, load_backend
-    from stages.shards import Stats, find_shards, run_stage
+    from stages.shards import Stats, read, run_stage
 
     with errors_to_exit("rollout"):
         if sandbox not in ("nsjail", "none"):
@@ -58,20 +77,32 @@ def rollout(
         spec = backend_spec(backend, model, base_url, api_key, device)
         cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, max_turns=max_turns,
                            round=round, seed=seed, episode_timeout=episode_timeout,
+                           max_observation_chars=max_observation_chars,
                            prompts_dir=prompts,
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
                            sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
-                                             max_tokens=max_tokens))
-        shards = find_shards(inputs, {"env"})
+                                             max_tokens=max_tokens,
+                                             enable_thinking=enable_thinking))
+        shards = find_inputs("rollout", inputs, {"env"}, "env records")
+        chosen = None
+        if envs_per_round:
+            if any(s.path == "-" for s in shards):
+                raise UsageError("--envs-per-round reads its inputs twice: give files, not '-'")
+            chosen = stage.envs_for_round(
+                (r.id for r in read([s.path for s in shards], kinds={"env"})), envs_per_round,
+                round, seed)
         stats = Stats()
         loaded = []
 
+        progress = Progress("rollout", "plays")
+
         def transform(envs):
-            envs = list(envs)
+            envs = [env for env in envs if chosen is None or env.id in chosen]
+            progress.add_total(len(envs) * plays)
             # jails start on background threads while the model loads
             with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays) as pool:
                 if not loaded:
-                    loaded.append(load_backend(spec))
+                    loaded.append(Counted(load_backend(spec), progress))
                 yield from play(envs, loaded[0], pool)
 
         def play(envs, backend, pool):
@@ -80,14 +111,18 @@ def rollout(
                     stats.reasons[record.outcome] += 1
                 stats.extra["wins"] = stats.extra.get("wins", 0) + (record.reward > 0)
                 stats.extra["turns"] = stats.extra.get("turns", 0) + len(record.turns)
+                progress.advance()
                 yield record
 
         config = {k: v for k, v in locals().items()
                   if k in ("hint", "plays", "max_turns", "turn_timeout", "episode_timeout",
+                           "max_observation_chars",
                            "round", "backend", "model", "temperature", "top_p", "top_k",
-                           "max_tokens", "seed", "prompts", "sandbox", "concurrency")}
-        run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
-                  overwrite=overwrite, suffix=f".{compress}")
+                           "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",
+                           "concurrency", "envs_per_round")}
+        with progress:
+            run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
+                      overwrite=overwrite, suffix=f".{compress}")
         plays_done = stats.written["rollout"]
         win = stats.extra.get("wins", 0) / plays_done if plays_done else 0.0
         summarize("rollout", stats, f"{stats.read} envs -> {plays_done} plays "

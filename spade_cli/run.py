@@ -27,6 +27,13 @@ def run(
     """Run a recipe: design, validate, hint, rollouts, score-regret, train-grpo, eval per round.
 
     Killing it and running it again resumes: finished rounds and finished shards are skipped.
+    A recipe is checked when it is read: an unknown option or a value of the wrong type stops
+    the run at once (exit 65), naming the file, the stage and the key.
+
+    Examples:
+
+        spade run recipes/quickstart.toml
+        spade run recipes/quickstart.toml --dry-run > pipeline.sh
     """
     from spade_cli import recipe as recipes
     from spade_cli.errors import errors_to_exit
@@ -82,7 +89,7 @@ def execute(recipe, from_round: int) -> None:
     recipes.write_json(run_dir / "recipe.json", resolved)
     summary.open_run_log(run_dir / "run.log")
     group = commands.group()
-    progress = Progress(f"run {recipe.name}", "rounds", recipe.rounds, interval=None)
+    progress = Progress(f"run {recipe.name}", "rounds", recipe.rounds, periodic=False)
     current = {"round": from_round}
 
     def call(argv: list[str], label: str) -> None:

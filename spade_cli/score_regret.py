@@ -24,50 +24,66 @@ def score_regret(
     regret_scale: Annotated[float, typer.Option(help="regret_n = clip(regret / this, 0, 1).")] = 0.15,
     regret_weight: Annotated[float, typer.Option(help="Blend weight of regret_n.")] = 0.4,
     plateau_weight: Annotated[float, typer.Option(help="Blend weight of plateau(win).")] = 0.6,
-    band: Annotated[tuple[float, float], typer.Option(help="Win band where plateau is 1.")] = (0.4, 0.6),
-    ramp: Annotated[tuple[float, float], typer.Option(help="Wins where plateau reaches 0.")] = (0.15, 0.85),
+    variance_term: Annotated[bool, typer.Option(
+        help="Add the solver-variance term exp(-(var - 0.25)^2 / 0.02) of the window's rewards "
+             "to the designer's raw reward (the reference's tool-use 4B run).")] = False,
+    band: Annotated[tuple[float, float], typer.Option(metavar="LOW HIGH", help="Win band where plateau is 1.")] = (0.4, 0.6),
+    ramp: Annotated[tuple[float, float], typer.Option(metavar="LOW HIGH", help="Wins where plateau reaches 0.")] = (0.15, 0.85),
     invalid_penalty: Annotated[float, typer.Option(help="Designer reward of an env whose "
                                                         "plays mostly broke.")] = 0.0,
     reject_penalty: Annotated[float | None, typer.Option(
         help="Score rejected designs with this reward (they are then trained); by default "
              "they are discarded, as in the paper.")] = None,
     scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
-    memory: Annotated[str | None, typer.Option(help="Memory shard to update (needs the env "
+    memory: Annotated[str | None, typer.Option(metavar="PATH", help="Memory shard to update (needs the env "
                                                     "records among the inputs).")] = None,
     memory_out: Annotated[str | None, typer.Option(
-        help="Write the updated memory here instead of in place (keeps rounds replayable); "
+        metavar="PATH", help="Write the updated memory here instead of in place (keeps rounds replayable); "
              "without --memory, the memory starts empty.")] = None,
     memory_cap: Annotated[int, typer.Option(help="Most entries the memory keeps.")] = 200,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
-    """Score each env from its hinted and no-hint plays; reads rollouts, envs, rejects."""
+    """Score each env from its hinted and no-hint plays; reads rollouts, envs, rejects.
+
+    Writes one regret record per env (and per rejected design): regret, win rate, plateau,
+    the designer's reward and advantage. With --memory, updates the designer's memory.
+
+    Example:
+
+        spade score-regret runs/q/r00/hint runs/q/r00/rollout* -o regret.jsonl
+    """
     import os
 
     from spade_cli.errors import UsageError, errors_to_exit
+    from spade_cli.inputs import find_inputs
     from spade_cli.summary import summarize
     from stages import memory as store
     from stages import score_regret as stage
     from stages.records import Env
     from stages.rewards import VARIANTS, RewardConfig
-    from stages.shards import Stats, emit, encode, find_shards, read, write_atomic
+    from stages.shards import Stats, emit, encode, read, write_atomic
 
     with errors_to_exit("score-regret"):
         if variant not in VARIANTS:
             raise UsageError(f"--variant must be one of {', '.join(VARIANTS)}")
         rewards = RewardConfig(variant=variant, regret_scale=regret_scale,
                                regret_weight=regret_weight, plateau_weight=plateau_weight,
+                               variance_term=variance_term,
                                band_low=band[0], band_high=band[1], ramp_low=ramp[0],
                                ramp_high=ramp[1], invalid_penalty=invalid_penalty,
                                reject_penalty=reject_penalty,
                                scale_cap=scale_cap)
         cfg = stage.Config(round=round, window=window, rewards=rewards)
         kinds = {"rollout", "env", "validation", "regret"}
-        shards = find_shards(inputs, kinds)
+        shards = find_inputs("score-regret", inputs, kinds,
+                             "rollout, env, validation and regret records")
         records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
         regrets, diagnostics = stage.run(records, cfg)
         stats.extra["diagnostics"] = diagnostics.as_dict()
+        if diagnostics.internal:
+            stats.reasons["internal_error"] = diagnostics.internal
         config = {"round": round, "window": window, "rewards": rewards.__dict__,
                   "inputs": [s.digest() for s in shards]}
         emit("score-regret", out, lambda: iter(regrets), config, stats, overwrite,

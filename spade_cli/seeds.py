@@ -17,7 +17,10 @@ def seeds(
 ) -> None:
     """Print the seed library: hand-written envs for every skill, as design records.
 
-    Example: spade seeds | spade validate -o runs/seeds/
+    Examples:
+
+        spade seeds | spade validate -o runs/seeds/
+        spade seeds --paths --domain game
     """
     import sys
 

@@ -165,14 +165,6 @@ def test_killed_run_resumes_to_the_same_records(tmp_path, jail_available):
     assert not list((killed / "runs" / "tiny").rglob("*.tmp"))
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "recipes").glob("*.toml")),
-                         ids=lambda p: p.name)
-def test_shipped_recipes_parse_and_dry_run(path):
-    result = runner.invoke(app, ["run", str(path), "--dry-run", "--rounds", "2"])
-    assert result.exit_code == 0, result.stderr
-    assert result.stdout.count("\nspade train-grpo ") == 2
-
-
 def train_inputs(stdout: str) -> dict[int, list[str]]:
     """round -> the shard dirs each train-grpo command of a dry run reads."""
     found = {}

@@ -4,6 +4,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from spade_cli import progress
 from spade_cli.app import app
 from stages import seed_library
 
@@ -28,11 +29,19 @@ def chain(tmp_path_factory, jail_available):
     games = [line for line in seed_library.ENV_SHARD.read_text().splitlines()
              if '"domain":"game"' in line][:2]
     (root / "pool.jsonl").write_text("\n".join(games) + "\n")
-    steps = {
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(progress, "INTERVAL", 0)  # a progress line at every update
+        steps = run_chain(root, model)
+    return root, steps
+
+
+def run_chain(root, model):
+    return {
         "model": invoke("model", "tiny", model),
         "design": invoke("design", "--model", model, "-b", 2, "--max-tokens", 8,
                          "--corpus-words", 30, "-o", root / "designs"),
-        "validate": invoke("validate", root / "designs", "-o", root / "checked"),
+        "validate": invoke("validate", root / "designs", "-o", root / "checked",
+                           "--allow-all-rejected"),
         "hint": invoke("hint", root / "pool.jsonl", "--model", model, "--max-tokens", 8,
                        "-o", root / "envs"),
         "rollout-hint": invoke("rollout", root / "envs", "--hint", "-n", 2, "--max-turns", 2,
@@ -40,12 +49,11 @@ def chain(tmp_path_factory, jail_available):
         "rollout": invoke("rollout", root / "envs", "--no-hint", "-n", 2, "--max-turns", 2,
                           "--max-tokens", 8, "--model", model, "-o", root / "plays"),
         "score": invoke("score-regret", root / "envs", root / "checked", root / "plays-hint",
-                        root / "plays", "-o", root / "regrets.jsonl"),
+                        root / "plays", "--reject-penalty", 0, "-o", root / "regrets.jsonl"),
         "train": invoke("train-grpo", root / "plays", root / "regrets.jsonl", root / "designs",
                         "--model", model, "--ckpt-dir", root / "ckpt", "--lr", 1e-3,
                         "-o", root / "train.jsonl"),
     }
-    return root, steps
 
 
 def test_every_command_of_the_chain_succeeds(chain):
@@ -54,6 +62,18 @@ def test_every_command_of_the_chain_succeeds(chain):
         assert result.exit_code == 0, f"{name}: {result.stderr}"
     assert (root / "tiny" / "config.json").exists()
     assert "train-grpo:" in steps["train"].stderr and "-> " in steps["train"].stderr
+
+
+@pytest.mark.parametrize("step,line", [
+    ("design", "design: 2/2 designs, "), ("validate", "validate: 2/2 designs, "),
+    ("hint", "hint: 2/2 envs, "), ("rollout", "rollout: 4/4 plays, "),
+    ("train", "train-grpo: 1/1 steps, "),
+])
+def test_long_stages_report_progress_with_rate_and_tokens(chain, step, line):
+    _, steps = chain
+    shown = [text for text in steps[step].stderr.splitlines() if text.startswith(line)]
+    assert shown, steps[step].stderr
+    assert step == "validate" or " tok/s" in shown[-1]
 
 
 def test_design_records_carry_tokens_and_feed_validate(chain):
@@ -98,12 +118,12 @@ def test_design_retry_redesigns_rejected_slots(chain, tmp_path):
 
 
 @pytest.mark.parametrize("args,code,message", [
-    (["design"], 2, "--model is required"),
+    (["design"], 2, "Missing option '--model'"),
     (["design", "--model", "x", "--backend", "tpu"], 2, "--backend must be hf, vllm or openai"),
     (["design", "--model", "x", "--domain", "chess"], 2, "--domain must be game or tool_use"),
     (["rollout", "--model", "m", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"],
      69, "cannot reach the server"),
-    (["train-grpo", "-"], 2, "--model is required"),
+    (["train-grpo", "-"], 2, "Missing option '--model'"),
 ])
 def test_usage_and_unavailable_errors(args, code, message):
     pool = seed_library.ENV_SHARD.read_text().splitlines()[0] + "\n"
@@ -116,3 +136,32 @@ def test_missing_local_model_dir_exits_66_without_reaching_a_hub(tmp_path):
     pool = seed_library.ENV_SHARD.read_text().splitlines()[0] + "\n"
     result = invoke("hint", "--model", tmp_path / "no-model", input=pool)
     assert result.exit_code == 66 and "no such model directory" in result.stderr
+
+
+@pytest.mark.parametrize("env,reason", [
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "127.0.0.1:9 cannot be reached"),
+    ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+])
+def test_uncached_hub_id_without_network_exits_69_in_one_line(tmp_path, monkeypatch, env, reason):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = invoke("design", "-m", "Qwen/Qwen3-4B")
+    assert result.exit_code == 69, result.stderr
+    assert result.stderr.count("\n") == 1 and reason in result.stderr
+    assert "pass a model directory" in result.stderr
+
+
+def test_a_cached_hub_id_loads_from_the_cache_without_the_hub(tmp_path, monkeypatch):
+    from spade_cli.options import backend_spec
+
+    repo = tmp_path / "hf" / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = backend_spec("hf", "org/tiny", None, None, None)
+    assert spec.model == str(snapshot) and spec.options["policy"] == "org/tiny"

@@ -24,7 +24,7 @@ def test_seeds_prints_one_design_per_file():
 
 
 def test_validate_stdin_to_stdout_matches_shipped_shard(jail_available):
-    result = runner.invoke(app, ["validate", "-"], input=seeds_jsonl())
+    result = runner.invoke(app, ["validate", "--seed", "0", "-"], input=seeds_jsonl())
     assert result.exit_code == 0, result.stderr
     assert result.stdout.encode() == seed_library.ENV_SHARD.read_bytes()
     assert "validate: " in result.stderr and "rejected" in result.stderr
@@ -38,16 +38,59 @@ def test_validate_a_py_file_prints_the_env(jail_available):
     assert record["kind"] == "env" and record["source"] == path.read_text()
 
 
+BROKEN = ("class BrokenEnv:\n    def reset(self, seed=None):\n        return 'x'\n"
+          "    def step(self, action):\n        return 'x', 0.0, False, False, {}\n"
+          "    def solution(self):\n        return ['a']\n")
+
+
 def test_validate_a_broken_py_file_prints_the_reject(tmp_path, jail_available):
     path = tmp_path / "broken_env.py"
-    path.write_text("class BrokenEnv:\n    def reset(self, seed=None):\n        return 'x'\n"
-                    "    def step(self, action):\n        return 'x', 0.0, False, False, {}\n"
-                    "    def solution(self):\n        return ['a']\n")
+    path.write_text(BROKEN)
     result = runner.invoke(app, ["validate", str(path)])
-    assert result.exit_code == 0
+    assert result.exit_code == 65
     record = orjson.loads(result.stdout)
     assert record["kind"] == "validation" and record["check"] == "reset"
+    assert record["meta"]["source_file"] == str(path)
+    assert f"{path}: rejected by reset: " in result.stderr
     assert "(reset 1)" in result.stderr
+    assert "every design was rejected (1)" in result.stderr
+
+
+def test_each_file_gets_a_verdict_line_and_its_records_name_it(tmp_path, jail_available):
+    good = seed_library.files("game")[0]
+    broken = tmp_path / "broken_env.py"
+    broken.write_text(BROKEN)
+    result = runner.invoke(app, ["validate", str(good), str(broken)])
+    assert result.exit_code == 0, result.stderr  # one env accepted
+    env, reject = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert env["kind"] == "env" and env["meta"]["source_file"] == str(good)
+    assert reject["kind"] == "validation" and reject["meta"]["source_file"] == str(broken)
+    lines = result.stderr.splitlines()
+    assert f"{good}: accepted ({env['id']})" in lines
+    assert any(line.startswith(f"{broken}: rejected by reset: ") for line in lines)
+
+
+def test_all_rejected_exits_65_on_reruns_too_unless_allowed(tmp_path, jail_available):
+    broken = tmp_path / "broken_env.py"
+    broken.write_text(BROKEN)
+    out = tmp_path / "checked"
+    for _ in range(2):  # the second run finds the shard done and still knows the verdict
+        result = runner.invoke(app, ["validate", str(broken), "-o", str(out)])
+        assert result.exit_code == 65, result.stderr
+    allowed = runner.invoke(app, ["validate", str(broken), "-o", str(out),
+                                  "--allow-all-rejected"])
+    assert allowed.exit_code == 0, allowed.stderr
+
+
+def test_a_directory_of_another_kind_says_what_it_skipped(tmp_path):
+    plays = tmp_path / "rollout-dir"
+    plays.mkdir()
+    (plays / "rollout-00000.jsonl").write_text(
+        "".join(f'{{"kind":"rollout","v":1,"env_id":"env_x","seed":{i}}}\n' for i in range(3)))
+    result = runner.invoke(app, ["validate", str(plays)])
+    assert result.exit_code == 65 and result.stdout == ""
+    assert (f"spade validate: error: {plays}: skipped 3 rollout records: validate reads design "
+            "records and .py files") in result.stderr
 
 
 def test_directory_output_resumes(tmp_path, jail_available):

@@ -1,0 +1,80 @@
+"""The shipped recipes: each dry-runs to the stages it promises, with the settings that make it
+the run it names, and every number in a paper recipe says where it comes from."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spade_cli.app import app
+
+runner = CliRunner()
+RECIPES = sorted((Path(__file__).parents[2] / "recipes").glob("*.toml"))
+PAPER = [path for path in RECIPES if path.stem.startswith("qwen3-")]
+SPADE = ["design", "validate", "hint", "rollout", "score-regret", "train-grpo", "eval"]
+TOOL_USE = ["design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo", "eval"]
+# per recipe: the stages of its first round, in order, and words its commands must (+) or must
+# not (-) contain
+EXPECTED = {
+    "quickstart": (["model", *SPADE], []),
+    "smollm2-cpu": (["model", *SPADE], []),
+    "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
+                               "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000"]),
+    "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6"]),
+    "qwen3-8b-games-thinking": (SPADE, ["+MODEL=/models/Qwen3-8B", "+--kl-beta 0.005",
+                                        "+--max-tokens 20000 --enable-thinking",
+                                        "+--max-tokens 4096 --no-enable-thinking"]),
+    "qwen3-30b-a3b-games": (SPADE, ["+MODEL=/models/Qwen3-30B-A3B-Instruct-2507",
+                                    "+--lora-rank 64"]),
+    "qwen3-30b-a3b-games-no-memory": (SPADE, ["---memory"]),
+    "qwen3-30b-a3b-games-no-corpus": (SPADE, ["+--no-corpus", "---corpus "]),
+    "qwen3-30b-a3b-games-solve-rate": (SPADE, ["+--variant solve_rate"]),
+    "qwen3-30b-a3b-games-learning-potential": (SPADE, ["+--variant learning_potential"]),
+    "qwen3-30b-a3b-games-two-skill": (SPADE, ["+--active-skills 2 --skill arithmetic --skill "
+                                              "induction"]),
+    "qwen3-30b-a3b-games-fixed-env": (["rollout", "train-grpo", "eval"], [
+        "+--envs-per-round 24", "+stages/seed_library/envs.jsonl", "---hint", "-score-regret"]),
+    "qwen3-4b-tool-use": (TOOL_USE, [
+        "+--domain tool_use", "+--round 0 --every 32", "+--batch 16", "+--active-skills 6",
+        "+--variant regret --regret-scale 1.0 --variance-term", "+--kl-beta 0.005",
+        "+--mask-truncated --mask-malformed-tool-calls", "+--corpus-words 4000",
+        "+--hint --round 0", "+--plays 4", "+--max-tokens 512"]),
+    "qwen3-8b-tool-use": (TOOL_USE, [
+        "+--round 0 --every 8", "+--active-skills 6", "+--variant blend", "+--kl-beta 0.005",
+        "+--enable-thinking", "+--mask-malformed-tool-calls"]),
+    "qwen3-30b-a3b-tool-use": (TOOL_USE, [
+        "+--round 0 --every 8", "+--active-skills 6", "+--variant blend", "+--kl-beta 0.005",
+        "---enable-thinking"]),
+}
+
+
+def test_every_shipped_recipe_has_expectations():
+    assert sorted(path.stem for path in RECIPES) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_dry_runs_to_its_stages_and_settings(path):
+    result = runner.invoke(app, ["run", str(path), "--dry-run", "--rounds", "1"])
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    stages, words = EXPECTED[path.stem]
+    assert list(dict.fromkeys(line.split()[1] for line in lines
+                              if line.startswith("spade "))) == stages
+    text = "\n".join(lines).replace("'", "")
+    for word in words:
+        assert (word[1:] in text) == (word[0] == "+"), word
+
+
+@pytest.mark.parametrize("path", PAPER, ids=lambda p: p.stem)
+def test_every_number_in_a_paper_recipe_cites_its_source(path):
+    """A number is from the paper, from the reference code (file:line), or marked as ours."""
+    tomllib.loads(path.read_text())
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("#") or "=" not in line:
+            continue
+        value, _, comment = line.partition("=")[2].partition("#")
+        if re.fullmatch(r"\s*\[?[-+0-9., e]+\]?\s*", value):
+            assert re.search(r"\bref\b.*:\d|\bpaper\b|\bours\b", comment), \
+                f"{path.name}:{number}: {line.strip()}"
