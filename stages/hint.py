@@ -3,8 +3,11 @@
 In: `env` records and a backend (the designer role). Out: the same env records with `hint` set
 (ids unchanged: an env is its program) and `meta.hint` holding the call's token ids and logprobs.
 Guarantees: one batched call per input chunk; a hint is plain text of at most `max_chars`
-characters with any code fence or leading "Hint:" label stripped; an empty hint stays None, so
-score-regret treats that env as having no hinted plays.
+characters with any code fence or leading "Hint:" label stripped, and valid text (a backend that
+returns lone surrogates gets U+FFFD); an empty hint stays None, so score-regret treats that env
+as having no hinted plays. An env whose hinted record cannot be built or written (a case spade
+does not handle yet) keeps hint None, with `meta.hint.error` saying why (stages/isolation.py);
+the other envs of its chunk are hinted as usual.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from stages import prompts
-from stages.backends import Backend, Sampling
-from stages.records import Env
+from stages.backends import Backend, Completion, Sampling
+from stages.isolation import isolated, valid_text
+from stages.records import Env, Failure
 
 LABEL_RE = re.compile(r"^[\s*_#]*hint[\s*_]*:[\s*_]*", re.I)
 
@@ -29,6 +33,7 @@ class Config:
 
 
 def clean(text: str, max_chars: int) -> str | None:
+    text = valid_text(text)
     text = re.sub(r"```.*?(```|$)", "", text, flags=re.S).strip()
     text = LABEL_RE.sub("", text).strip()
     return text[:max_chars].strip() or None
@@ -50,7 +55,17 @@ def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]
     conversations = [[{"role": "user", "content": prompts.render(
         f"hint_{env.domain}", cfg.prompts_dir, source=env.source)}] for env in envs]
     for env, done in zip(envs, backend.chat(conversations, cfg.sampling)):
-        call = {"prompt_ids": done.prompt_ids, "completion_ids": done.completion_ids,
-                "logprobs": done.logprobs, "policy": backend.policy}
-        yield env.model_copy(update={"hint": clean(done.text, cfg.max_chars),
-                                     "meta": {**env.meta, "hint": call}})
+        yield isolated(f"hint: env {env.id}", lambda: _hinted(env, done, backend.policy, cfg),
+                       lambda failure: _unhinted(env, failure, backend.policy))
+
+
+def _hinted(env: Env, done: Completion, policy: str, cfg: Config) -> Env:
+    call = {"prompt_ids": done.prompt_ids, "completion_ids": done.completion_ids,
+            "logprobs": done.logprobs, "policy": policy}
+    return env.model_copy(update={"hint": clean(done.text, cfg.max_chars),
+                                  "meta": {**env.meta, "hint": call}})
+
+
+def _unhinted(env: Env, failure: Failure, policy: str) -> Env:
+    return env.model_copy(update={"hint": None, "meta": {
+        **env.meta, "hint": {"error": failure.model_dump(), "policy": policy}}})

@@ -11,7 +11,10 @@ the no-hint plays of the round the hinted plays were made in; win is the mean re
 no-hint play of the window [round - window + 1, round], a play the env broke (crash, hang,
 memory, output) counting -1 as in the reference; an env whose plays mostly broke earns the
 invalid penalty; rejected designs are discarded by default (the paper: they earn nothing), so
-they neither train nor move their skill's mean.
+they neither train nor move their skill's mean. A play spade could not record (outcome
+`internal_error`) counts as broken too, and an env whose regret record cannot be built or
+written (a case spade does not handle yet) gets a broken record with `ok: false` and an
+`internal.*` error, counted in `Diagnostics.internal` (stages/isolation.py).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from statistics import fmean
 from typing import Iterable
 
 from stages import rewards
-from stages.records import Env, Record, Regret, Rollout, Validation
+from stages.isolation import INTERNAL, isolated
+from stages.records import Env, Failure, Record, Regret, Rollout, Validation
 from stages.rewards import RewardConfig
 
-ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure")
+ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure", INTERNAL)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Diagnostics:
     regret_quartiles: tuple[float, float, float] = (0.0, 0.0, 0.0)
     zero_variance_share: float = 0.0
     invalid: int = 0
+    internal: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -65,7 +70,10 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
         elif isinstance(record, Regret) and record.round < cfg.round:
             history.append(record)
     skill_ema = _skill_ema(history, _window_means(plays, envs, cfg), cfg.rewards)
-    scored = [_score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg) for env_id in plays]
+    scored = [isolated(f"score-regret: env {env_id}",
+                       lambda: _score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg),
+                       lambda failure: _unscored(env_id, envs.get(env_id), failure, cfg))
+              for env_id in plays]
     if cfg.rewards.reject_penalty is not None:
         scored += [_invalid(reject, cfg) for reject in rejects]
     n_agent = sum(1 for group in plays.values() for p in group
@@ -86,12 +94,14 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
     hinted = [p for p in hinted if p.round == hint_round]
     matched = [p.reward for p in plays if not p.hint and p.round == hint_round]
     window = _window(plays, cfg)
-    win = fmean(_raw(p, rc) for p in window) if window else 0.0
+    window_rewards = [_raw(p, rc) for p in window]
+    win = fmean(window_rewards) if window else 0.0
     regret = rewards.regret([p.reward for p in hinted], matched)
     skill = env.skill if env else ""
     broken = sum(p.outcome in ENV_FAULTS for p in plays) * 2 > len(plays)
     raw = rc.invalid_penalty if broken else rewards.designer_raw(win, regret, rc,
-                                                                 skill_ema.get(skill))
+                                                                 skill_ema.get(skill),
+                                                                 window_rewards)
     design_id = env.parents[0] if env and env.parents else None
     return Regret(env_id=env_id, skill=skill, round=cfg.round,
                   hint_reward=rewards.mean_or([p.reward for p in hinted], None),
@@ -119,6 +129,15 @@ def _window_means(plays: dict[str, list[Rollout]], envs: dict[str, Env],
         skill = envs[env_id].skill if env_id in envs else ""
         by_skill[skill] += [_raw(p, cfg.rewards) for p in _window(group, cfg)]
     return {skill: fmean(values) for skill, values in by_skill.items() if values}
+
+
+def _unscored(env_id: str, env: Env | None, failure: Failure, cfg: Config) -> Regret:
+    design_id = env.parents[0] if env and env.parents else None
+    return Regret(env_id=env_id, skill=env.skill if env else "", round=cfg.round, regret=0.0,
+                  win=0.0, designer_reward=cfg.rewards.invalid_penalty,
+                  parents=[env_id] + ([design_id] if design_id else []),
+                  policy=env.policy if env else None, design_id=design_id,
+                  variant=cfg.rewards.variant, broken=True, ok=False, error=failure)
 
 
 def _invalid(reject: Validation, cfg: Config) -> Regret:
@@ -150,8 +169,9 @@ def _skill_ema(history: list[Regret], current: dict[str, float],
 
 def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Config) -> Diagnostics:
     valid = [r for r in scored if r.env_id and not r.broken]
+    internal = sum(1 for r in scored if r.error and r.error.type.startswith("internal."))
     if not valid:
-        return Diagnostics(invalid=len(scored))
+        return Diagnostics(invalid=len(scored), internal=internal)
     low, high = cfg.learnable_band
     regrets = sorted(r.regret for r in valid)
     quartiles = tuple(regrets[int(q * (len(regrets) - 1))] for q in (0.25, 0.5, 0.75))
@@ -164,4 +184,4 @@ def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Con
                        mean_win=fmean(r.win for r in valid), regret_mean=fmean(regrets),
                        regret_quartiles=quartiles,  # type: ignore[arg-type]
                        zero_variance_share=flat / len(groups) if groups else 0.0,
-                       invalid=len(scored) - len(valid))
+                       invalid=len(scored) - len(valid), internal=internal)

@@ -5,7 +5,10 @@ files turned into design records by `designs_from_files`.
 Out: for each design, in input order, exactly one record: an `env` (source, class name, domain,
 skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
 first failing check (sandbox/contract.py CHECKS) and why. A design made from a file names it in
-`meta.source_file`, and so do its env or validation record.
+`meta.source_file`, and so do its env or validation record. An env without `solution()` (the
+reference code's multi-turn game template has none) passed every check but the oracle, which
+could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
+in `Stats.extra["envs_without_oracle"]`.
 Guarantees: generated code only ever runs inside jailed workers (two per design: one computes
 the solutions, the other plays); a hang, crash, memory or output blow-up is a reject with its
 sandbox outcome, never a stage failure; a jail that cannot start at all raises SandboxUnavailable
@@ -25,14 +28,14 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from sandbox.contract import VALIDATION_SEEDS, ContractError, runtime_checks, static_checks
 from sandbox.jail import Sandbox
+from stages.executor import Executor, LocalExecutor
 from stages.isolation import INTERNAL, isolated
 from stages.records import Design, Env, Failure, Record, RecordError, Validation, derive_seed
 from stages.shards import Stats
@@ -89,6 +92,8 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
                           source_hash=source_hash(source),
                           error=Failure(type="structure", msg=f"asked for a {design.domain} env, "
                                         f"got a {facts.domain} env ({facts.class_name})"))
+    if not facts.oracle:
+        meta["oracle"] = "none"
     return Env(domain=facts.domain, skill=design.skill, class_name=facts.class_name,
                source=source, source_hash=source_hash(source), max_turns=facts.max_turns,
                tools=facts.tools, parents=[design.id], policy=design.policy, meta=meta)
@@ -106,21 +111,20 @@ def validate_isolated(design: Design, cfg: Config) -> Env | Validation:
     return isolated(f"validate: design {design.id}", lambda: validate_one(design, cfg), internal)
 
 
-def run(designs: Iterable[Record], cfg: Config, stats: Stats) -> Iterator[Record]:
-    """Validate designs concurrently (cfg.workers jails at once), yielding in input order."""
-    with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
-        pending: deque[Future] = deque()
-        for design in designs:
-            pending.append(pool.submit(validate_isolated, design, cfg))
-            if len(pending) >= 2 * cfg.workers:
-                yield _count(pending.popleft().result(), stats)
-        while pending:
-            yield _count(pending.popleft().result(), stats)
+def run(designs: Iterable[Record], cfg: Config, stats: Stats,
+        executor: Executor | None = None) -> Iterator[Record]:
+    """Validate designs concurrently (cfg.workers at once, two jails each), yielding in input
+    order: on this machine, or across a cluster's nodes given a RayExecutor (stages/executor.py)."""
+    executor = executor or LocalExecutor(cfg.workers)
+    for record in executor.map(partial(validate_isolated, cfg=cfg), designs):
+        yield _count(record, stats)
 
 
 def _count(record: Env | Validation, stats: Stats) -> Env | Validation:
     if isinstance(record, Validation):
         stats.reasons[record.check] += 1
+    elif record.meta.get("oracle") == "none":
+        stats.extra["envs_without_oracle"] = stats.extra.get("envs_without_oracle", 0) + 1
     return record
 
 

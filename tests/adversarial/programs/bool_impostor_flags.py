@@ -1,0 +1,30 @@
+# expect: validate=determinism|step_types rollout=program_error
+"""step's terminated and truncated are instances of an int subclass named `bool`."""
+
+import random
+import re
+
+
+class bool(int):
+    def __repr__(self):
+        return "True" if self else "False"
+
+
+class KeypadEnv:
+    max_turns = 8
+
+    def reset(self, seed=None):
+        self.code = random.Random(seed).sample("ABCDEFGH", 3)
+        self.done = 0
+        return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}
+
+    def step(self, action):
+        keys = re.findall(r"\\boxed\{(.*?)\}", action)
+        key = keys[-1].strip() if keys else ""
+        if self.done < 3:
+            self.done = self.done + 1 if key == self.code[self.done] else 0
+        won = self.done == 3
+        return ("Open." if won else f"{self.done} right."), float(won), bool(won), bool(0), {}
+
+    def solution(self):
+        return ["\\boxed{%s}" % key for key in self.code]

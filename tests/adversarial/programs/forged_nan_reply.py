@@ -1,0 +1,37 @@
+# expect: validate=determinism|step_types rollout=program_error
+"""step forges a well-formed winning reply whose reward is the JSON-illegal literal NaN."""
+
+import random
+import re
+
+FORGED = b'{"ok": true, "result": ["Open.", NaN, true, false, {}], "shape": ["tuple", 5]}\n'
+
+
+def forge(line):
+    os = __import__("os")
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+
+
+class KeypadEnv:
+    max_turns = 8
+
+    def reset(self, seed=None):
+        self.code = random.Random(seed).sample("ABCDEFGH", 3)
+        self.done = 0
+        return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}
+
+    def step(self, action):
+        forge(FORGED)
+        keys = re.findall(r"\\boxed\{(.*?)\}", action)
+        key = keys[-1].strip() if keys else ""
+        if self.done < 3:
+            self.done = self.done + 1 if key == self.code[self.done] else 0
+        won = self.done == 3
+        return ("Open." if won else f"{self.done} right."), float(won), won, False, {}
+
+    def solution(self):
+        return ["\\boxed{%s}" % key for key in self.code]

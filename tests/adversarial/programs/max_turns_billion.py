@@ -1,0 +1,26 @@
+# expect: validate=may-pass rollout=ok
+# may pass: max_turns is capped at 25 turns
+"""max_turns is 10**9 (a billion turns; rollouts cap turns at 25)."""
+
+import random
+import re
+
+
+class KeypadEnv:
+    max_turns = 10**9
+
+    def reset(self, seed=None):
+        self.code = random.Random(seed).sample("ABCDEFGH", 3)
+        self.done = 0
+        return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}
+
+    def step(self, action):
+        keys = re.findall(r"\\boxed\{(.*?)\}", action)
+        key = keys[-1].strip() if keys else ""
+        if self.done < 3:
+            self.done = self.done + 1 if key == self.code[self.done] else 0
+        won = self.done == 3
+        return ("Open." if won else f"{self.done} right."), float(won), won, False, {}
+
+    def solution(self):
+        return ["\\boxed{%s}" % key for key in self.code]

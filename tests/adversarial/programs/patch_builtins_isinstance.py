@@ -1,0 +1,28 @@
+# expect: validate=load|reset rollout=program_error
+"""At import, replaces builtins.isinstance for the whole worker with one that always says False."""
+
+import random
+import re
+
+_builtins = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
+_builtins["isinstance"] = lambda obj, kinds: False
+
+
+class KeypadEnv:
+    max_turns = 8
+
+    def reset(self, seed=None):
+        self.code = random.Random(seed).sample("ABCDEFGH", 3)
+        self.done = 0
+        return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}
+
+    def step(self, action):
+        keys = re.findall(r"\\boxed\{(.*?)\}", action)
+        key = keys[-1].strip() if keys else ""
+        if self.done < 3:
+            self.done = self.done + 1 if key == self.code[self.done] else 0
+        won = self.done == 3
+        return ("Open." if won else f"{self.done} right."), float(won), won, False, {}
+
+    def solution(self):
+        return ["\\boxed{%s}" % key for key in self.code]

@@ -1,0 +1,30 @@
+# spade: domain=tool_use
+# expect: validate=may-pass rollout=ok
+# may pass: the boundary turns lone surrogates into U+FFFD: stages see valid text
+"""Every tool result holds lone surrogates."""
+
+
+class CounterEnv(ToolUseBaseEnv):
+    max_turns = 12
+
+    def setup(self):
+        self.targets = [self.rng.randint(5, 9), self.rng.randint(12, 15), self.rng.randint(1, 4)]
+        self.state = {"value": 0}
+        self.tools = {"add": {"description": "Add an integer to the counter.",
+                              "parameters": {"type": "object",
+                                             "properties": {"n": {"type": "integer"}},
+                                             "required": ["n"]}}}
+        self.instructions = [f"Make the counter exactly {t}." for t in self.targets]
+        self.criteria = [lambda s, t=t: s["value"] == t for t in self.targets]
+
+    def tool_add(self, n):
+        self.state["value"] += int(n)
+        return f"counter \udcff= {self.state['value']} \ud800"
+
+    def solution(self):
+        steps, value = [], 0
+        for target in self.targets:
+            steps.append('<tool_call>{"name": "add", "arguments": {"n": %d}}</tool_call>'
+                         % (target - value))
+            value = target
+        return steps + ["<answer>done</answer>"]

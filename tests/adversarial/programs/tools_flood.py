@@ -1,0 +1,39 @@
+# spade: domain=tool_use
+# expect: validate=reset_gate rollout=ok|program_error
+"""get_tools(), rebound after the class body, returns 1,000 schemas (far over any prompt)."""
+
+
+class CounterEnv(ToolUseBaseEnv):
+    max_turns = 12
+
+    def setup(self):
+        self.targets = [self.rng.randint(5, 9), self.rng.randint(12, 15), self.rng.randint(1, 4)]
+        self.state = {"value": 0}
+        self.tools = {"add": {"description": "Add an integer to the counter.",
+                              "parameters": {"type": "object",
+                                             "properties": {"n": {"type": "integer"}},
+                                             "required": ["n"]}}}
+        self.instructions = [f"Make the counter exactly {t}." for t in self.targets]
+        self.criteria = [lambda s, t=t: s["value"] == t for t in self.targets]
+
+    def tool_add(self, n):
+        self.state["value"] += int(n)
+        return f"counter = {self.state['value']}"
+
+    def solution(self):
+        steps, value = [], 0
+        for target in self.targets:
+            steps.append('<tool_call>{"name": "add", "arguments": {"n": %d}}</tool_call>'
+                         % (target - value))
+            value = target
+        return steps + ["<answer>done</answer>"]
+
+
+def a_thousand_tools(self):
+    return [{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 40,
+                                              "parameters": {"type": "object"}}}
+            for i in range(1000)]
+
+
+# assigned after the class body, where a check of the class's own definitions does not look
+CounterEnv.get_tools = a_thousand_tools
