@@ -132,7 +132,11 @@ def designs_from_files(paths: Iterable[Path]) -> list[Design]:
     """Design records for hand-written env files, reading `# spade: key=value` header lines."""
     designs = []
     for path in paths:
-        source = path.read_text()
+        try:
+            source = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RecordError(f"not UTF-8 text (byte {exc.start}): an env file is Python "
+                              "source in UTF-8", str(path)) from None
         header = dict(pair.split("=", 1) for match in HEADER_RE.findall(source)
                       for pair in match.split() if "=" in pair)
         domain = header.get("domain") or ("tool_use" if "ToolUseBaseEnv" in source else "game")

@@ -1,8 +1,10 @@
 """`spade validate` and `spade seeds` from the command line: exit codes, exact JSONL, messages."""
 
 import os
+from pathlib import Path
 
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from spade_cli.app import app
@@ -176,3 +178,29 @@ def test_budget_bounds_an_env_whose_every_call_is_slow_but_legal(tmp_path, jail_
     result = runner.invoke(app, ["validate", str(slow), "--budget", "2"])
     record = orjson.loads(result.stdout)
     assert record["check"] == "resources" and record["outcome"] == "timeout"
+
+
+REFERENCE = Path(__file__).parents[1] / "fixtures" / "validate" / "reference"
+
+
+@pytest.mark.slow
+def test_envs_without_an_oracle_are_named_in_their_verdict_and_the_summary(jail_available):
+    result = runner.invoke(app, ["validate", str(REFERENCE / "code_lock.py"),
+                                 str(REFERENCE / "clock_arithmetic.py")])
+    assert result.exit_code == 0, result.stderr
+    code_lock, clock = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert code_lock["meta"]["oracle"] == "none" and "oracle" not in clock["meta"]
+    lines = result.stderr.splitlines()
+    assert f"{REFERENCE / 'code_lock.py'}: accepted ({code_lock['id']}; oracle: none, it has no " \
+        "solution())" in lines
+    assert f"{REFERENCE / 'clock_arithmetic.py'}: accepted ({clock['id']})" in lines
+    assert any(line.startswith("validate: 2 designs -> 2 envs (1 with oracle: none), 0 rejected")
+               for line in lines)
+
+
+def test_a_file_that_is_not_utf8_is_bad_input(tmp_path):
+    env = tmp_path / "latin.py"
+    env.write_bytes(b"# caf\xe9\nclass XEnv: pass\n")
+    result = runner.invoke(app, ["validate", str(env)])
+    assert result.exit_code == 65
+    assert f"{env}: not UTF-8 text (byte 5)" in result.stderr
