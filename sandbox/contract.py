@@ -11,6 +11,23 @@ output outcome anywhere is reported by the `resources` check, whatever check was
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
 resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.
 The contract as users read it, with every check and how to fix a reject: docs/ENVS.md.
+
+Envs written to the reference code's templates (github.com/spade-rl/spade; `EnvClass.reference`)
+pass the same checks. The jail plays them as the reference does (sandbox/reference_tool_base.py:
+its tool-use base class, the names it injects, the class built with `max_turns`, a solution told
+in text read as actions; sandbox/math_verify_shim.py), and here their rewards may reach
++-REFERENCE_REWARD_BOUND, the reference's own range (rollouts clip the episode reward, the only
+one that counts, to [-1, 1]). For every env, a `solution()` that returns the bare answer is
+boxed, and a game without `solution()` (the reference's multi-turn template has none) passes
+every check but `oracle`, which cannot run: `EnvFacts.oracle` is False, and its record says
+`oracle: none`. docs/ENVS.md, "Envs in the reference format", has it all as users read it.
+
+The reset gate is ours, stricter than the reference's, for both APIs: a criterion that holds at
+reset, or raises, on any seed fails it (the reference rejects only a criterion that raises at every
+seed it tries, and skips the gate at rollout 0). Kept because on every valid tool-use env we have,
+native and reference-format (tests/fixtures/validate/valid, reference; the seed library; the
+docs' example), it rejects none, and the reference's own template calls a step that holds at reset
+broken ("FALSE AT RESET / NOT FREE").
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sandbox import tool_base
+from sandbox import reference_tool_base, tool_base
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
 CHECKS = ("extract", "parse", "structure", "load", "reset", "determinism", "garbage",
@@ -42,7 +59,11 @@ DENIED_IMPORTS = {
     "tkinter": "the jail has no display", "turtle": "the jail has no display",
     "curses": "the jail has no terminal",
 }
-MAX_TURNS_CAP = 25
+# Third-party names the jail offers anyway, as stand-ins: module -> the names it has.
+PROVIDED_IMPORTS = {"math_verify": ("parse", "verify")}  # sandbox/math_verify_shim.py
+MAX_TURNS_CAP = reference_tool_base.MAX_TURNS_CAP
+REWARD_BOUND = 1.0
+REFERENCE_REWARD_BOUND = 10.0  # the range the reference's own validation allows
 VALIDATION_SEEDS = 5  # how many seeds the caller draws; every runtime check uses some of them
 PROBE_ACTION = "\\boxed{zzz}"  # ends the determinism replay: one step past the solution
 GARBAGE_ACTIONS = ("", "hello", "\\boxed{}", "\\boxed{zzz}", "\\boxed{-1}", "\\boxed{1 2 3}",
@@ -73,6 +94,7 @@ class EnvFacts:
     domain: str
     max_turns: int
     tools: list[dict[str, Any]] = field(default_factory=list)
+    oracle: bool = True  # False: the env has no solution(), so no oracle checked it
 
 
 # -- static checks: they never run the code ------------------------------------------------------
@@ -101,11 +123,19 @@ def parse(source: str) -> ast.Module:
 
 
 def import_problem(name: str) -> str | None:
-    """Why an env may not import `name`, or None: stdlib only, minus DENIED_IMPORTS."""
+    """Why an env may not import `name`, or None: the stdlib minus DENIED_IMPORTS, and
+    PROVIDED_IMPORTS."""
+    top, _, member = name.partition(".")
     if name == ".":
         return "relative imports are not allowed (an env is one module)"
-    if name.split(".")[0] not in sys.stdlib_module_names:
-        return "not in the standard library (an env may import the stdlib only)"
+    if top in PROVIDED_IMPORTS:
+        offered = PROVIDED_IMPORTS[top]
+        if member and member not in offered:
+            return f"the jail's {top} is a stand-in that has only {' and '.join(offered)}"
+        return None
+    if top not in sys.stdlib_module_names:
+        return ("not in the standard library: the jail has no third-party packages (an env may "
+                "import the stdlib, and parse and verify from math_verify)")
     for denied, reason in DENIED_IMPORTS.items():
         if name == denied or name.startswith(denied + "."):
             return reason
@@ -142,27 +172,53 @@ def defined_names(cls: ast.ClassDef) -> dict[str, int]:
     return names
 
 
-def structure(tree: ast.Module) -> str:
-    """Check imports and the env class; returns the class name."""
+@dataclass(frozen=True)
+class EnvClass:
+    """What the source says of its env class, without running it."""
+
+    name: str
+    reference: bool  # written to the reference code's templates (see the module docstring)
+    solution: bool  # defines solution(), so the oracle can run
+
+
+def structure(tree: ast.Module) -> EnvClass:
+    """Check imports and the env class: the methods its API needs, and for our tool-use API no
+    redefined base-class internals (the reference's API forbids none: it has no criteria to
+    guard, and every check but the reset gate plays the env as a black box)."""
     check_imports(tree)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Env") \
                 and node.name != "ToolUseBaseEnv":
             names = defined_names(node)
             tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
-            needed = {"setup", "solution"} if tool_use else {"reset", "step", "solution"}
+            reference_api = reference_tool_base.reference_api(tree)
+            needed = ({"reset", "solution"} if reference_api else {"setup", "solution"}
+                      if tool_use else {"reset", "step"})
             missing = needed - names.keys()
             if missing:
                 raise ContractError("structure", f"class {node.name} lacks "
                                     f"{', '.join(sorted(missing))}")
-            overrides = sorted(tool_base.internal_names() & names.keys()) if tool_use else []
+            own_api = tool_use and not reference_api
+            overrides = sorted(tool_base.internal_names() & names.keys()) if own_api else []
             if overrides:
                 raise ContractError("structure", f"line {names[overrides[0]]}: class {node.name} "
                                     f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
                                     "defines setup, solution, max_turns, tool_<name> methods and "
                                     "its own helpers, never the base class's internals")
-            return node.name
+            reference = reference_api or takes_max_turns(node)
+            return EnvClass(node.name, reference, "solution" in names)
     raise ContractError("structure", "no top-level class whose name ends in 'Env'")
+
+
+def takes_max_turns(cls: ast.ClassDef) -> bool:
+    """Whether the class's own __init__ takes `max_turns`, as the reference's templates write
+    it (`def __init__(self, max_turns=10, **kwargs)`): reference_tool_base.takes_max_turns, read
+    from the source."""
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            arguments = node.args.args + node.args.kwonlyargs
+            return any(argument.arg == "max_turns" for argument in arguments)
+    return False
 
 
 def static_checks(text: str, is_source: bool = False) -> str:
@@ -177,9 +233,10 @@ def static_checks(text: str, is_source: bool = False) -> str:
 class Probe:
     """Calls into a worker, turning any non-ok reply into the running check's failure."""
 
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: Worker, reward_bound: float = REWARD_BOUND):
         self.worker = worker
         self.check = "load"
+        self.reward_bound = reward_bound
 
     def call(self, op: str, **fields: Any) -> Reply:
         reply = self.worker.call(op, **fields)
@@ -209,7 +266,7 @@ class Probe:
 
     def step(self, action: str) -> list:
         reply = self.call("step", action=action)
-        problem = step_problem(reply)
+        problem = step_problem(reply, self.reward_bound)
         if problem:
             raise ContractError("step_types", f"step({short(action)}) {problem}")
         return reply.result
@@ -224,7 +281,7 @@ def short(action: str) -> str:
     return repr(action if len(action) <= 40 else action[:37] + "...")
 
 
-def step_problem(reply: Reply) -> str | None:
+def step_problem(reply: Reply, reward_bound: float = REWARD_BOUND) -> str | None:
     if reply.shape != ["tuple", 5]:
         return f"must return a 5-tuple (obs, reward, terminated, truncated, info), got {describe(reply)}"
     obs, reward, terminated, truncated, info = reply.result
@@ -234,8 +291,8 @@ def step_problem(reply: Reply) -> str | None:
         return f"reward is {reward['__float__']}"
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         return f"reward must be a number, got {type(reward).__name__}"
-    if not math.isfinite(reward) or not -1.0 <= reward <= 1.0:
-        return f"reward {reward} is outside [-1, 1]"
+    if not math.isfinite(reward) or not -reward_bound <= reward <= reward_bound:
+        return f"reward {reward} is outside [-{reward_bound:g}, {reward_bound:g}]"
     if not isinstance(terminated, bool) or not isinstance(truncated, bool):
         return "terminated and truncated must be bools"
     if not isinstance(info, dict):
@@ -256,16 +313,28 @@ def load(probe: Probe, source: str) -> EnvFacts:
 
 @dataclass
 class Solved:
-    """What the solution worker saw for one seed: the first observation and solution()."""
+    """What the solution worker saw for one seed: the first observation and solution() (None
+    for an env without one)."""
 
     first: list
-    actions: list[str]
+    actions: list[str] | None
+
+
+ACTION_MARKS = ("\\boxed{", "<tool_call>", "<answer>")
 
 
 def solution_actions(probe: Probe, seed: int) -> list[str]:
+    """solution() as actions: a list as it is; text with actions in it, one action a line; a bare
+    answer (text without an action in it, or a number: the reference's `solution() -> str`)
+    boxed, as the agent would answer it."""
     reply = probe.call("solution")
     actions = reply.result
-    if isinstance(actions, str):
+    if isinstance(actions, (int, float)) and not isinstance(actions, bool):
+        actions = str(actions)
+    if isinstance(actions, str) and actions.strip() \
+            and not any(mark in actions for mark in ACTION_MARKS):
+        actions = [f"\\boxed{{{actions.strip()}}}"]
+    elif isinstance(actions, str):
         actions = [line for line in actions.splitlines() if line.strip()] or [actions]
     if not isinstance(actions, list) or not actions or not all(isinstance(a, str) for a in actions):
         raise ContractError("oracle", f"solution() for seed {seed} must return a non-empty list "
@@ -273,8 +342,9 @@ def solution_actions(probe: Probe, seed: int) -> list[str]:
     return actions
 
 
-def solve(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> dict[int, Solved]:
-    """solution() for each seed, each right after a fresh reset, in a worker of its own."""
+def solve(sandbox: Sandbox, source: str, seeds: Sequence[int], env: EnvClass) -> dict[int, Solved]:
+    """solution() for each seed, each right after a fresh reset, in a worker of its own (for an
+    env without solution(), the first observations only)."""
     with Worker(sandbox) as worker:
         probe = Probe(worker)
         load(probe, source)
@@ -283,7 +353,7 @@ def solve(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> dict[int, Solv
             probe.check = "reset"
             first = probe.reset(seed)
             probe.check = "oracle"
-            solved[seed] = Solved(first, solution_actions(probe, seed))
+            solved[seed] = Solved(first, solution_actions(probe, seed) if env.solution else None)
         return solved
 
 
@@ -302,11 +372,13 @@ def trace(probe: Probe, seed: int, actions: list[str]) -> list:
     return steps
 
 
-def check_determinism(probe: Probe, seed: int, solved: Solved) -> None:
-    """The whole solution, replayed twice from the same seed, gives the same episode, which
-    starts as it did in the solution worker."""
+def check_determinism(probe: Probe, seed: int, solved: Solved, facts: EnvFacts) -> None:
+    """The whole solution (for an env without one, the generic actions for max_turns), replayed
+    twice from the same seed, gives the same episode, which starts as it did in the solution
+    worker."""
     probe.check = "determinism"
-    actions = solved.actions + [PROBE_ACTION]
+    actions = (generic_actions(facts.max_turns) if solved.actions is None
+               else solved.actions) + [PROBE_ACTION]
     first, second = trace(probe, seed, actions), trace(probe, seed, actions)
     if first[0] != solved.first:
         raise ContractError("determinism", f"reset(seed={seed}) gave different results in two "
@@ -323,7 +395,7 @@ def check_garbage(probe: Probe, seed: int) -> None:
     probe.reset(seed)
     for action in GARBAGE_ACTIONS:
         reply = probe.call("step", action=action)
-        problem = step_problem(reply)
+        problem = step_problem(reply, probe.reward_bound)
         if problem:
             raise ContractError("step_types", f"step({short(action)}) {problem}")
         if reply.result[2] or reply.result[3]:
@@ -353,6 +425,10 @@ def replay(actions: list[str]) -> Callable[[int], str]:
 
 def generic_action(turn: int) -> str:
     return GENERIC_ACTIONS[turn % len(GENERIC_ACTIONS)]
+
+
+def generic_actions(max_turns: int) -> list[str]:
+    return [generic_action(turn) for turn in range(max_turns)]
 
 
 def check_oracle(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> None:
@@ -390,7 +466,10 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
     that is decided). This seed's own solution actions are never used: they contain the answer. An
     env whose every seed gives the same episode (first observation and solution) is won by
     replaying one solution from memory, so it fails; the same answer alone (a low-entropy answer
-    such as a letter) is allowed.
+    such as a letter) is allowed. An env without solution() is checked by doing nothing and
+    generic actions only: without its answers, seeds whose hidden state differs cannot be told
+    from seeds that give the same episode (a code-breaking game shows the same rules on every
+    seed, and generic guesses get the same "four digits, please").
     """
     probe.check = "trivial"
     seeds = list(solved)
@@ -403,12 +482,12 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
                        for seed in seeds])
     if tally:
         raise ContractError("trivial", f"cycling generic actions wins {tally} episodes")
-    if all(solved[seed] == solved[seeds[0]] for seed in seeds):
+    if facts.oracle and all(solved[seed] == solved[seeds[0]] for seed in seeds):
         raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode (does reset "
                             "ignore its seed?): one memorised action list wins every one")
     pairs = [(seed, solved[other].actions[:facts.max_turns])
              for seed, other in zip(seeds, seeds[1:] + seeds[:1])
-             if solved[other].actions != solved[seed].actions]
+             if solved[other].actions not in (None, solved[seed].actions)]
     tally = wins_most([lambda seed=seed, actions=actions:
                        won(play(probe, seed, replay(actions), len(actions)))
                        for seed, actions in pairs])
@@ -441,16 +520,19 @@ def runtime_checks(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> EnvFa
     if len(set(seeds)) < 2:
         raise ValueError("runtime checks need at least two distinct seeds")
     seeds = list(dict.fromkeys(seeds))
+    env = structure(parse(source))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="solve") as side:
-        solving = side.submit(solve, sandbox, source, seeds)
+        solving = side.submit(solve, sandbox, source, seeds, env)
         with Worker(sandbox) as worker:
-            probe = Probe(worker)
+            probe = Probe(worker, REFERENCE_REWARD_BOUND if env.reference else REWARD_BOUND)
             facts = load(probe, source)
+            facts.oracle = env.solution
             check_reset(probe, seeds)
             solved = solving.result()
-            check_determinism(probe, seeds[0], solved[seeds[0]])
+            check_determinism(probe, seeds[0], solved[seeds[0]], facts)
             check_garbage(probe, seeds[1])
-            check_oracle(probe, facts, solved)
+            if facts.oracle:
+                check_oracle(probe, facts, solved)
             check_trivial(probe, facts, solved)
             if facts.domain == "tool_use":
                 check_reset_gate(probe, seeds)

@@ -13,7 +13,7 @@ left (scratch dirs, nsjail cgroups) is swept by the next process that starts a j
 
 What the nsjail jail covers: user/pid/net/mount/ipc/uts/cgroup namespaces (no network at all, no
 host processes visible, no signals out), a filesystem of read-only binds (/usr, /lib, /lib64, the
-worker's two files, /dev/null, /dev/urandom) plus a size-capped tmpfs /tmp, outside uid/gid
+worker's files, /dev/null, /dev/urandom) plus a size-capped tmpfs /tmp, outside uid/gid
 nobody, rlimits (address space, cpu, file size, open files, processes), cgroup v1 memory and pids
 limits where the cgroup parents exist or can be made, a lifetime time limit, and a seccomp-bpf
 policy (SECCOMP_POLICY, nsjail's kafel language). The policy allows by default and refuses, with
@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 OUTCOMES = ("ok", "program_error", "timeout", "oom", "output_limit", "sandbox_failure")
 JAIL_UID = "99999:65534"  # inside:outside; a bare inside uid would map to root outside
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-WORKER_FILES = ("worker.py", "tool_base.py")
+WORKER_FILES = ("worker.py", "tool_base.py", "reference_tool_base.py", "math_verify_shim.py")
 
 
 class SandboxUnavailable(RuntimeError):

@@ -11,7 +11,7 @@ only plain JSON values (dict, list, str, int, float, bool, None) in which
       reset     [observation: str, info: dict]
       step      [observation: str, reward: int | float, terminated: bool, truncated: bool,
                  info: dict]
-      solution  list of str, or str
+      solution  list of str, str, or a number
       tools     list of at most MAX_TOOLS {"type": "function", "function": {"name": str, ...}},
                 each at most TOOL_BYTES of JSON
       criteria  list of (bool | str)
@@ -213,7 +213,7 @@ def _step(result: Any) -> Any:
 
 
 def _solution(result: Any) -> Any:
-    if type(result) is str:
+    if type(result) in (str, int, float):  # a number: a bare answer (sandbox/contract.py)
         return result
     if type(result) is not list:
         raise BadReply(f"must return a list of action strings, got {kind_of(result)}")

@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import traceback
+from _ast import PyCF_ONLY_AST
 # Module globals shadow builtins: an env that patches builtins.isinstance & co. misses these.
 from builtins import (BaseException, MemoryError, StopIteration, SyntaxError, ValueError,
                       callable, getattr, isinstance, issubclass, len, repr, str, type)
@@ -113,35 +114,57 @@ class Session:
         self.base_dir = base_dir
         self.env = None
         self.source_lines = []
+        self.compiled = {}  # filename -> code: each copy of a module is run from one compile
         # compiled at start-up (which a worker pool overlaps with other work), not per load
-        self.tool_base = self._tool_base()["ToolUseBaseEnv"]
-        # The reset gate runs from a second, private copy of tool_base that env code never
-        # sees, so redefining a method, the injected base class or its module changes nothing.
-        self.criteria_status = self._tool_base()["criteria_status"]
+        self.tool_base = self._module("tool_base.py")["ToolUseBaseEnv"]
+        # the base class of envs in the reference code's format (sandbox/reference_tool_base.py)
+        self.reference_base = self._module("reference_tool_base.py")["ToolUseBaseEnv"]
+        # The reset gate, the class's construction, the names injected and the reading of a
+        # reference-format solution run from second, private copies of the base modules that env
+        # code never sees, so redefining a method, the injected base class or its module changes
+        # nothing.
+        private = self._module("reference_tool_base.py")
+        self.gates = {False: self._module("tool_base.py")["criteria_status"],
+                      True: private["criteria_status"]}
+        self.reference_api, self.common_names = private["reference_api"], private["common_names"]
+        self.build, self.takes_max_turns = private["build"], private["takes_max_turns"]
+        self.reference_solution = private["solution_actions"]
+        self.reference = False  # whether the loaded env targets the reference's tool-use API
+        self.cls, self.fresh_episodes = None, False
 
     def load(self, source):
-        namespace = {"__name__": "spade_env", "ToolUseBaseEnv": self.tool_base}
         self.source_lines = source.splitlines(True)
         # tracebacks through env code show its lines (mtime None: linecache never re-reads it)
         linecache.cache[ENV_FILE] = (len(source), None, self.source_lines, ENV_FILE)
-        exec(compile(source, ENV_FILE, "exec"), namespace)
+        tree = compile(source, ENV_FILE, "exec", PyCF_ONLY_AST)
+        self.reference = self.reference_api(tree)
+        if "math_verify" in source:  # what the reference's game templates import: our stand-in
+            sys.modules["math_verify"] = type(sys)("math_verify")
+            self._module("math_verify_shim.py", sys.modules["math_verify"].__dict__)
+        namespace = {**self.common_names(source), "__name__": "spade_env",
+                     "ToolUseBaseEnv": self.reference_base if self.reference else self.tool_base}
+        exec(compile(tree, ENV_FILE, "exec"), namespace)
         base = namespace["ToolUseBaseEnv"]
         classes = [obj for name, obj in namespace.items()
                    if isinstance(obj, type) and name.endswith("Env") and obj is not base
                    and getattr(obj, "__module__", None) == "spade_env"]
         if not classes:
             raise LookupError("no class whose name ends in 'Env'")
-        cls = classes[0]
-        self.env = cls()
+        cls = self.cls = classes[0]
+        self.fresh_episodes = self.takes_max_turns(cls)  # as the reference plays such a class
+        self.env = self.build(cls)
         return {"class_name": _type_name(cls),
                 "domain": "tool_use" if issubclass(cls, base) else "game",
                 "max_turns": getattr(self.env, "max_turns", None)}
 
-    def _tool_base(self):
-        path = os.path.join(self.base_dir, "tool_base.py")
-        namespace = {"__name__": "spade_tool_base"}
-        with open(path) as fh:
-            exec(compile(fh.read(), path, "exec"), namespace)
+    def _module(self, filename, namespace=None):
+        """The namespace of one of the worker's files, run (into `namespace`, when given)."""
+        path = os.path.join(self.base_dir, filename)
+        namespace = {"__name__": "spade_" + filename[:-3]} if namespace is None else namespace
+        if filename not in self.compiled:
+            with open(path) as fh:
+                self.compiled[filename] = compile(fh.read(), path, "exec")
+        exec(self.compiled[filename], namespace)
         return namespace
 
     def handle(self, request):
@@ -153,15 +176,17 @@ class Session:
         if self.env is None:
             raise RuntimeError("no env loaded")
         if op == "reset":
+            if self.fresh_episodes:
+                self.env = self.build(self.cls)
             return self.env.reset(seed=request.get("seed"))
         if op == "step":
             return self.env.step(request["action"])
         if op == "solution":
-            return self.env.solution()
+            return self.reference_solution(self.env) if self.reference else self.env.solution()
         if op == "tools":
             return self.env.get_tools()
         if op == "criteria":
-            return self.criteria_status(self.env)
+            return self.gates[self.reference](self.env)
         if op == "close":
             close = getattr(self.env, "close", None)
             return close() if callable(close) else None

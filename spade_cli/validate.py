@@ -28,7 +28,8 @@ def validate(
                                  "or '-' for stdin.")] = ["-"],
     out: Out = "-",
     workers: Annotated[int, typer.Option("--workers", "-w", min=1,
-                                         help="Envs validated at once (one jail each).")] = 2,
+                                         help="Envs validated at once (two jails each); across the "
+                                              "cluster with --executor ray.")] = 2,
     sandbox: Annotated[str, typer.Option(
         help="nsjail (default), or none: plain subprocesses, NOT a security boundary.")] = "nsjail",
     call_timeout: Annotated[float, typer.Option(help="Seconds one env call may take.")] = 5.0,
@@ -41,6 +42,12 @@ def validate(
     allow_all_rejected: Annotated[bool, typer.Option(
         "--allow-all-rejected", help="Exit 0 even when every design is rejected (`spade run` "
                                      "sets it: rejects are data for the designer).")] = False,
+    executor: Annotated[str, typer.Option(
+        help="Where the jails run: local (this machine), or ray (the nodes of a Ray cluster, "
+             "each running its own jails; every node needs spade and nsjail).")] = "local",
+    address: Annotated[str | None, typer.Option(
+        help="With --executor ray: the cluster's head, HOST:PORT, or auto (the default: "
+             "$RAY_ADDRESS, else the cluster `ray start` made on this machine).")] = None,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
@@ -62,17 +69,28 @@ def validate(
         spade validate my_env.py
         spade seeds | spade validate -o runs/seeds/
         spade validate runs/q/r00/design-a0 -o runs/q/r00/validate-a0 --allow-all-rejected
+        spade validate designs/ -o envs/ --executor ray --address head:6379 -w 64
     """
     from spade_cli.errors import DATA, UsageError, errors_to_exit
     from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
     from stages import validate as stage
+    from stages.executor import EXECUTORS, open_executor, parse_address
     from stages.shards import Stats, run_stage
 
     with errors_to_exit("validate"):
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
+        if executor not in EXECUTORS:
+            raise UsageError(f"--executor must be local or ray, not {executor!r}")
+        if address is not None and executor != "ray":
+            raise UsageError("--address is for --executor ray")
+        if address not in (None, "auto"):
+            try:
+                parse_address(address)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         limits = Limits(call_timeout=call_timeout, memory_mb=memory_mb, lifetime=budget,
                         cpu_seconds=budget)
         cfg = stage.Config(workers=workers, sandbox=Sandbox(mode=sandbox, limits=limits),
@@ -83,17 +101,18 @@ def validate(
         config = {"sandbox": sandbox, "call_timeout": call_timeout, "memory_mb": memory_mb,
                   "budget": budget, "seed": seed}
         progress = Progress("validate", "designs")
+        jobs = open_executor(executor, workers, address)
 
         def transform(designs):
             designs = list(designs)
             progress.add_total(len(designs))
-            for design, record in zip(designs, stage.run(designs, cfg, stats)):
+            for design, record in zip(designs, stage.run(designs, cfg, stats, jobs)):
                 progress.advance()
                 if shown and "source_file" in design.meta:
                     print(verdict(design.meta["source_file"], record), file=sys.stderr)
                 yield record
 
-        with progress:
+        with jobs, progress:
             run_stage("validate", shards, out, transform, config, stats, kinds={"design"},
                       overwrite=overwrite, suffix=f".{compress}")
         no_oracle = stats.extra.get("envs_without_oracle", 0)

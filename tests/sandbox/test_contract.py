@@ -1,12 +1,15 @@
 """The contract's checks: which imports and tool-use classes pass `structure`, how the reset gate
-reads an env, and which policies `trivial` counts as knowing nothing of an episode."""
+reads an env, which policies `trivial` counts as knowing nothing of an episode, and how envs in
+the reference code's format (its base class, games without solution(), bare answers, rewards up
+to +-10) are played and checked."""
 
 import textwrap
 
 import pytest
 
-from sandbox import tool_base
-from sandbox.contract import DENIED_IMPORTS, ContractError, parse, runtime_checks, structure
+from sandbox import reference_tool_base, tool_base
+from sandbox.contract import (DENIED_IMPORTS, MAX_TURNS_CAP, ContractError, EnvClass, parse,
+                              runtime_checks, structure)
 from sandbox.jail import Sandbox
 
 GAME = '''
@@ -22,7 +25,7 @@ class TinyEnv:
 '''
 
 
-def structure_of(source: str) -> str:
+def structure_of(source: str) -> EnvClass:
     return structure(parse(textwrap.dedent(source)))
 
 
@@ -30,9 +33,10 @@ def structure_of(source: str) -> str:
     "import sys", "import datetime", "import hashlib", "import uuid", "import time",
     "import calendar, graphlib, zlib, base64", "import os.path", "from urllib.parse import quote",
     "from http import HTTPStatus", "from __future__ import annotations", "import importlib",
+    "from math_verify import parse, verify", "import math_verify",
 ])
-def test_any_stdlib_import_passes(line):
-    assert structure_of(line + "\n" + GAME) == "TinyEnv"
+def test_any_stdlib_import_and_the_math_verify_stand_in_pass(line):
+    assert structure_of(line + "\n" + GAME).name == "TinyEnv"
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -42,8 +46,9 @@ def test_any_stdlib_import_passes(line):
     ("import urllib.request", "no network"),
     ("from socket import create_connection", "no network"),
     ("import ctypes.util", "native code"),
-    ("import math_verify", "not in the standard library"),
-    ("import numpy as np", "not in the standard library"),
+    ("from math_verify import LatexExtractionConfig", "stand-in that has only parse and verify"),
+    ("import math_verify.grader", "stand-in that has only parse and verify"),
+    ("import numpy as np", "the jail has no third-party packages"),
     ("from . import helpers", "relative imports"),
 ])
 def test_denied_and_non_stdlib_imports_fail_structure_with_the_reason(line, reason):
@@ -82,7 +87,7 @@ class DeskEnv(ToolUseBaseEnv):
 
 
 def test_tool_use_env_may_define_its_own_parts():
-    assert structure_of(TOOL_ENV) == "DeskEnv"
+    assert structure_of(TOOL_ENV) == EnvClass("DeskEnv", reference=False, solution=True)
 
 
 @pytest.mark.parametrize("name", ["reset", "step", "_advance", "_met", "execute_tool", "get_tools"])
@@ -156,3 +161,227 @@ def test_the_same_answer_on_every_seed_passes_when_the_episodes_differ(jail_avai
         '"\\\\boxed{%d}" % self.secret', '"\\\\boxed{12345}"')
     assert "seed tag" in same_answer and "== 12345" in same_answer
     assert runtime_checks(Sandbox(), same_answer, SEEDS).class_name == "SloppyGuessEnv"
+
+
+# -- envs in the reference code's format --------------------------------------------------------
+
+REFERENCE_TOOL = '''
+class LookupEnv(ToolUseBaseEnv):
+    def reset(self, seed=None):
+        self._tools = {"lookup": {"description": "d", "parameters": {"type": "object",
+                       "properties": {"key": {"type": "string"}, "page": {"type": "integer"}}}}}
+        self._state = {"a": 1}
+        self._expected_answer = "1"
+        return "Find a.", {}
+
+    def step(self, action):
+        return super().step(action)
+
+    def tool_lookup(self, key="", page=1):
+        return str(self._state.get(key, "none"))
+
+    def solution(self):
+        return "lookup(key='a') ANSWER: 1"
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (REFERENCE_TOOL, EnvClass("LookupEnv", reference=True, solution=True)),
+    (TOOL_ENV, EnvClass("DeskEnv", reference=False, solution=True)),
+    (GAME, EnvClass("TinyEnv", reference=False, solution=True)),
+    (GAME.replace("class TinyEnv:", "class TinyEnv:\n    def __init__(self, max_turns=10, **kw):"
+                  "\n        self.max_turns = max_turns\n"),
+     EnvClass("TinyEnv", reference=True, solution=True)),
+    (GAME.split("    def solution")[0], EnvClass("TinyEnv", reference=False, solution=False)),
+])
+def test_structure_tells_the_reference_format_and_a_missing_solution(source, expected):
+    assert structure_of(source) == expected
+
+
+def test_a_reference_tool_use_env_needs_reset_and_solution_not_setup():
+    with pytest.raises(ContractError) as caught:
+        structure_of(REFERENCE_TOOL.replace("def solution", "def answer_key"))
+    assert caught.value.msg == "class LookupEnv lacks solution"
+
+
+class ReferenceDesk(reference_tool_base.ToolUseBaseEnv):
+    """A reference-API env played host-side: the base class is plain Python."""
+
+    def reset(self, seed=None):
+        self.turn_count = 0
+        self._tools = {"add": {"description": "Add", "parameters": {
+            "type": "object", "properties": {"name": {}, "count": {}}}}}
+        self._state = {"items": []}
+        self._expected_answer = "$1,000"
+        return "Add two items, then answer 1000.", {}
+
+    def tool_add(self, name="", count=1):
+        self._state["items"].append(name)
+        return f"added {name}"
+
+    def solution(self):
+        return "1. add(name='pen') 2. add('cup', 2)\n<answer>1000</answer>"
+
+
+def test_the_reference_base_plays_one_call_a_turn_and_checks_the_answer_first():
+    env = ReferenceDesk(max_turns=4)
+    calls = '<tool_call>{"name": "add", "arguments": {"name": "pen"}}</tool_call>' \
+            '<tool_call>{"name": "add", "arguments": {"name": "cup"}}</tool_call>'
+    assert env.step(calls) == ("Tool result:\nadded pen", 0.0, False, False, {})
+    assert env._state["items"] == ["pen"]  # one tool call per action, as the reference plays
+    assert env.step("no markup")[1:3] == (-0.1, False)
+    assert env.step(calls + "<answer>1,000.004</answer>") == ("Correct!", 1.0, True, False, {})
+
+
+def test_the_reference_base_reveals_the_solution_on_the_last_turn():
+    env = ReferenceDesk(max_turns=2)
+    env.step("<answer>7</answer>")
+    observation, reward, terminated, truncated, _ = env.step("<answer>7</answer>")
+    assert (reward, terminated, truncated) == (0.0, False, True)
+    assert observation.startswith("Wrong answer. Solution:\n1. add(name='pen')")
+
+
+def test_a_reference_solution_text_becomes_one_tool_call_per_action():
+    env = ReferenceDesk()
+    assert reference_tool_base.solution_actions(env) == [
+        '<tool_call>{"name": "add", "arguments": {"name": "pen"}}</tool_call>',
+        '<tool_call>{"name": "add", "arguments": {"name": "cup", "count": 2}}</tool_call>',
+        "<answer>$1,000</answer>"]  # _expected_answer, the value the base class checks
+
+
+@pytest.mark.parametrize("text, calls, answer", [
+    ('<tool_call>{"name": "add", "arguments": {"name": "a"}}</tool_call>\nANSWER: 5',
+     ['{"name": "add", "arguments": {"name": "a"}}'], "5"),
+    ("first tool_add(name=report) then add(name=\"b c\", count=3) -> added", [
+        '{"name": "add", "arguments": {"name": "report"}}',
+        '{"name": "add", "arguments": {"name": "b c", "count": 3}}'], None),
+    ("readd(name='x') is no call of ours", [], None),
+])
+def test_the_solution_parse_reads_json_blocks_and_call_notation(text, calls, answer):
+    env = ReferenceDesk()
+    env._expected_answer = None
+    env.solution = lambda: text
+    finish = [] if answer is None else [f"<answer>{answer}</answer>"]
+    assert reference_tool_base.solution_actions(env) == \
+        [f"<tool_call>{call}</tool_call>" for call in calls] + finish
+
+
+class Unbuildable:
+    def __init__(self, max_turns):
+        self.max_turns = max_turns
+
+
+class Paced:
+    def __init__(self, max_turns=40, **kwargs):
+        self.max_turns = max_turns
+
+
+class Plain:
+    max_turns = 7
+
+
+@pytest.mark.parametrize("cls, max_turns", [
+    (Unbuildable, MAX_TURNS_CAP), (Paced, MAX_TURNS_CAP), (ReferenceDesk, 10), (Plain, 7)])
+def test_a_class_taking_max_turns_is_built_with_its_default_capped(cls, max_turns):
+    assert reference_tool_base.build(cls).max_turns == max_turns
+
+
+REFERENCE_GAME = '''
+from math_verify import parse, verify
+
+
+class SumGuessEnv:
+    def __init__(self, max_turns=6, **kwargs):
+        self.max_turns = max_turns
+        self.turn_count = 0
+        self.reset()
+
+    def reset(self, seed=None):
+        if seed is not None:
+            random.seed(seed)
+        self.turn_count = 0
+        self.parts = Counter(random.choice("abcdef") for _ in range(30))
+        return f"Counts: {sorted(self.parts.items())}. Answer the count of 'a' times 7/4.", {}
+
+    def solution(self):
+        return SOLUTION
+
+    def step(self, action):
+        self.turn_count += 1
+        match = re.search(r"\\\\boxed\\{([^}]+)\\}", action)
+        if match and verify(parse(match.group(1)), parse(str(self.parts["a"] * 7 / 4))):
+            return "Correct!", WIN, True, False, {}
+        return "Wrong.", 0.0, False, self.turn_count >= self.max_turns, {}
+'''
+
+
+def reference_game(solution="f'{self.parts[\"a\"] * 7}/4'", win="1.0"):
+    return REFERENCE_GAME.replace("SOLUTION", solution).replace("WIN", win)
+
+
+@pytest.mark.parametrize("solution", [
+    "f'{self.parts[\"a\"] * 7}/4'",  # a bare answer: boxed for the oracle; math_verify equates it
+    "self.parts['a'] * 7 / 4",  # a number
+    "['\\\\\\\\boxed{%s}' % (self.parts['a'] * 7 / 4)]",  # our own format
+])
+def test_a_reference_game_passes_with_injected_names_math_verify_and_a_bare_answer(
+        solution, jail_available):
+    facts = runtime_checks(Sandbox(), reference_game(solution), SEEDS)
+    assert (facts.class_name, facts.max_turns, facts.oracle) == ("SumGuessEnv", 6, True)
+
+
+@pytest.mark.parametrize("win, accepted", [("10.0", True), ("10.5", False)])
+def test_a_reference_game_may_pay_up_to_ten(win, accepted, jail_available):
+    source = reference_game(win=win)
+    if accepted:
+        assert runtime_checks(Sandbox(), source, SEEDS).class_name == "SumGuessEnv"
+        return
+    with pytest.raises(ContractError) as caught:
+        runtime_checks(Sandbox(), source, SEEDS)
+    assert caught.value.check == "step_types" and "outside [-10, 10]" in caught.value.msg
+
+
+def test_a_native_game_still_pays_within_one(jail_available):
+    native = reference_game(win="2.0").replace(
+        "def __init__(self, max_turns=6, **kwargs):\n        self.max_turns = max_turns",
+        "max_turns = 6\n\n    def __init__(self):")
+    with pytest.raises(ContractError) as caught:
+        runtime_checks(Sandbox(), native, SEEDS)
+    assert caught.value.check == "step_types" and "outside [-1, 1]" in caught.value.msg
+
+
+def test_a_game_without_solution_passes_every_check_but_the_oracle(jail_available):
+    facts = runtime_checks(Sandbox(), reference_game().split("    def solution")[0] +
+                           "    def step" + reference_game().split("    def step")[1], SEEDS)
+    assert facts.oracle is False
+
+
+def test_a_game_without_solution_is_still_replayed_for_determinism(jail_available):
+    source = reference_game().split("    def solution")[0] + "    def step" + \
+        reference_game().split("    def step")[1].replace(
+            'return "Wrong.", 0.0', 'WRONG.append(1)\n        return f"Wrong x{len(WRONG)}.", 0.0')
+    source = "WRONG = []  # every wrong answer this process saw: replays differ\n" + source
+    with pytest.raises(ContractError) as caught:
+        runtime_checks(Sandbox(), source, SEEDS)
+    assert caught.value.check == "determinism"
+
+
+def test_a_reference_tool_use_env_is_played_and_checked_with_the_reference_base(jail_available):
+    source = REFERENCE_TOOL.replace('"a": 1', '"a": random.randint(10, 99)').replace(
+        'self._expected_answer = "1"', 'self._expected_answer = str(self._state["a"])')
+    source = "import random\n" + source.replace(
+        "def reset(self, seed=None):", "def reset(self, seed=None):\n        random.seed(seed)"
+    ).replace('"lookup(key=\'a\') ANSWER: 1"', '"lookup(key=\'a\')"')
+    facts = runtime_checks(Sandbox(), source, SEEDS)
+    assert (facts.domain, facts.max_turns, facts.oracle) == ("tool_use", 10, True)
+    assert [tool["function"]["name"] for tool in facts.tools] == ["lookup"]
+
+
+@pytest.mark.parametrize("name", ["designer_game", "designer_tool_use"])
+def test_designer_prompts_allow_the_stdlib_and_name_exactly_the_deny_list(name):
+    from stages import prompts
+
+    text = " ".join(prompts.template(name).split())
+    listed = text.split(" except ", 1)[1].split(" (the sandbox", 1)[0]
+    assert listed.replace(" and ", ", ").split(", ") == list(DENIED_IMPORTS)
+    assert "any standard-library module" in text and "no third-party package" in text

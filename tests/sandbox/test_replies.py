@@ -153,9 +153,9 @@ def test_step_fields_of_the_wrong_type_are_bad_replies(index, value, problem):
 
 @pytest.mark.parametrize("result,ok", [
     (["a", "b"], True), ("a\nb", True), ([], True), (["a", 1], False), ({"a": 1}, False),
-    (None, False),
+    (None, False), (42, True), (0.75, True), (True, False),
 ])
-def test_solution_is_a_list_of_str_or_a_str(result, ok):
+def test_solution_is_a_list_of_str_a_str_or_a_number(result, ok):
     assert check("solution", 1, line(result)).ok is ok
 
 

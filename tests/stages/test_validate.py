@@ -43,6 +43,33 @@ def test_each_valid_fixture_is_accepted(path, jail_available):
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
 
 
+REFERENCE = FIXTURES / "reference"
+WITHOUT_SOLUTION = {"code_lock.py", "vault_keys.py"}  # the reference's multi-turn game template
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE.glob("*.py")), ids=lambda p: p.name)
+def test_each_reference_format_fixture_is_accepted_and_says_when_no_oracle_ran(
+        path, jail_available):
+    record = stage.validate_one(design_for(path), stage.Config())
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+    assert record.meta.get("oracle") == ("none" if path.name in WITHOUT_SOLUTION else None)
+
+
+def test_reference_corpus_follows_both_templates_where_they_differ_from_ours():
+    sources = {path.name: path.read_text() for path in REFERENCE.glob("*.py")}
+    tool_use = {name for name, source in sources.items() if "(ToolUseBaseEnv)" in source}
+    assert len(tool_use) >= 4 and len(sources) - len(tool_use) >= 4
+    assert all("def reset" in sources[n] and "def setup" not in sources[n] and
+               "self._tools = " in sources[n] for n in tool_use)
+    assert sum("self._message_criteria = " in sources[n] for n in tool_use) >= 3
+    games = set(sources) - tool_use
+    assert all("def __init__(self, max_turns=" in sources[name] for name in games)
+    assert sum("from math_verify import parse, verify" in s for s in sources.values()) >= 3
+    assert {name for name, source in sources.items() if "def solution" not in source} == \
+        WITHOUT_SOLUTION
+    assert any("import" not in source.split('"""', 2)[2] for source in sources.values())
+
+
 def test_valid_corpus_is_varied_and_says_what_each_env_is():
     paths = sorted(VALID.glob("*.py"))
     assert len(paths) >= 20
