@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, MaxTokens, Model,
-                               Out, Overwrite, PromptsDir, Round, Seed, Temperature, TopK, TopP,
-                               backend_spec)
+from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Model, Out,
+                               Overwrite, PromptsDir, Round, Seed, backend_spec)
 
-SUITES = ("rg-hard", "rg-quick", "bfcl-mt", "envs", "file")
+SUITES = ("rg-hard", "rg-quick", "aime", "gpqa", "lcb", "bfcl-mt", "envs", "file")
+DATA_SUITES = ("aime", "gpqa", "lcb", "file")
+PROTOCOL = " (default: the suite's protocol)"
 
 
 def register(app: typer.Typer) -> None:
@@ -19,18 +20,23 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    suite: Annotated[str, typer.Option(
-        "--suite", "-s", help="rg-hard, rg-quick, bfcl-mt, envs, or file.")],
+    suite: Annotated[str | None, typer.Option(
+        "--suite", "-s", help=f"{', '.join(SUITES[:-1])} or {SUITES[-1]}.")] = None,
     inputs: Annotated[list[str] | None, typer.Argument(
         help="envs suite: env shards or directories ('-' for stdin).")] = None,
     out: Out = "-",
     data: Annotated[str | None, typer.Option(
-        "--data", help="file suite: a local JSONL with question and answer fields.")] = None,
+        "--data", metavar="PATH",
+        help="aime, gpqa, lcb, file: the local file in the benchmark's own format.")] = None,
     name: Annotated[str | None, typer.Option(
-        "--name", help="file suite: the suite name in records (default: the file's stem).")] = None,
+        "--name", help="With --data: the suite name in records (default: the file's stem).")
+    ] = None,
+    compare: Annotated[tuple[str, str] | None, typer.Option(
+        "--compare", metavar="BASE TRAINED",
+        help="Compare two finished evals (output dirs or shards of the same suites): the "
+             "paper's table, with paired 95% CIs. Runs no model.")] = None,
     episodes: Annotated[int | None, typer.Option(
-        "--episodes", "-n", min=1, help="Samples per item (default: rg-hard 8, rg-quick 2, "
-                                        "envs 8, others 1).")] = None,
+        "--episodes", "-n", min=1, help="Samples per item" + PROTOCOL + ".")] = None,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="At most this many items per category.")] = None,
     category: Annotated[list[str] | None, typer.Option(
@@ -43,16 +49,20 @@ def eval_command(
     call_timeout: Annotated[float, typer.Option(
         "--call-timeout", help="Seconds one scoring or simulated-API request may take.")] = 30.0,
     sandbox: Annotated[str, typer.Option(
-        help="envs suite: nsjail, or none (NOT a security boundary).")] = "nsjail",
+        help="envs, lcb: nsjail, or none (NOT a security boundary).")] = "nsjail",
     turn_timeout: Annotated[float, typer.Option(
         help="envs suite: seconds one env step may take.")] = 10.0,
     round: Round = 0,
     backend: BackendName = "hf",
-    model: Model = ...,
-    temperature: Temperature = 0.0,
-    top_p: TopP = 1.0,
-    top_k: TopK = 0,
-    max_tokens: MaxTokens = 1024,
+    model: Model = "",
+    temperature: Annotated[float | None, typer.Option(
+        help="Sampling temperature (0 = greedy)" + PROTOCOL + ".")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        help="Nucleus sampling threshold" + PROTOCOL + ".")] = None,
+    top_k: Annotated[int | None, typer.Option(
+        help="Top-k sampling (0 = off)" + PROTOCOL + ".")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Most tokens one completion may have" + PROTOCOL + ".")] = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
@@ -63,43 +73,65 @@ def eval_command(
 ) -> None:
     """Evaluate a model on an offline suite: one eval record per item, roll-ups per category.
 
+    Each suite runs under the reference's protocol (episodes, sampling) unless options say
+    otherwise. --compare prints two finished evals side by side instead.
+
     Examples:
 
         spade eval --suite rg-quick -m runs/q/model -o runs/q/eval
         spade eval --suite envs held-out/ -m runs/q/model
+        spade eval --suite aime --data aime-2025.jsonl --name aime2025 -m M -o out/aime2025
+        spade eval --compare base/eval-rg-hard runs/q/r399/eval-rg-hard
     """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.summary import summarize
     from stages.shards import Stats, emit
 
     with errors_to_exit("eval"):
+        if compare:
+            if suite or inputs or data:
+                raise UsageError("--compare reads two finished evals: no --suite, --data or "
+                                 "inputs")
+            return print_comparison(*compare)
+        if suite is None:
+            raise UsageError("--suite is required (or --compare BASE TRAINED)")
         if suite not in SUITES:
             raise UsageError(f"--suite must be one of {', '.join(SUITES)}, not {suite!r}")
-        if suite == "file" and not data:
-            raise UsageError("--suite file needs --data PATH (a JSONL with question and answer)")
-        if suite != "file" and (data or name):
-            raise UsageError("--data and --name belong to --suite file")
+        if suite in DATA_SUITES and not data:
+            raise UsageError(f"--suite {suite} needs --data PATH (a local file in the "
+                             "benchmark's format; nothing is downloaded)")
+        if suite not in DATA_SUITES and (data or name):
+            raise UsageError(f"--data and --name belong to --suite {', '.join(DATA_SUITES)}")
         if inputs and suite != "envs":
             raise UsageError(f"positional inputs are env shards for --suite envs, not {suite}")
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
+        if not model:
+            raise UsageError("--model is required")
         spec = backend_spec(backend, model, base_url, api_key, device)
+
+        from dataclasses import replace
 
         from sandbox.jail import Limits, Sandbox
         from stages import evaluate as stage
         from stages import rollout
-        from stages.backends import Sampling, load_backend
+        from stages.backends import load_backend
         from stages.shards import find_shards, read
 
         stage.check_available(suite)  # exit 69 before a model is loaded
+        protocol = stage.PROTOCOLS[suite]
+        given = {"temperature": temperature, "top_p": top_p, "top_k": top_k,
+                 "max_tokens": max_tokens}
+        sampling = replace(protocol.sampling,
+                           **{k: v for k, v in given.items() if v is not None})
         cfg = stage.Config(
             suite=suite, episodes=episodes, limit=limit, categories=tuple(category or ()),
             round=round, seed=seed, batch_size=batch_size, prompts_dir=prompts, data=data,
-            name=name, max_steps=max_steps, call_timeout=call_timeout,
-            sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
-                              max_tokens=max_tokens),
+            name=name, max_steps=max_steps, call_timeout=call_timeout, sampling=sampling,
             rollout=rollout.Config(sandbox=Sandbox(mode=sandbox,
                                                    limits=Limits(call_timeout=turn_timeout))))
+        if data:
+            find_shards([data])  # exit 66 for a missing file before a model is loaded
         stats = Stats()
         records = []
 
@@ -115,9 +147,11 @@ def eval_command(
         config = {"suite": suite, "data": data, "name": name, "episodes": cfg.n_episodes,
                   "limit": limit, "category": sorted(category or ()), "max_steps": max_steps,
                   "round": round, "backend": backend, "model": model,
-                  "temperature": temperature, "top_p": top_p, "top_k": top_k,
-                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
-                  "inputs": [s.digest() or s.path for s in find_shards(inputs or [])]}
+                  "temperature": sampling.temperature, "top_p": sampling.top_p,
+                  "top_k": sampling.top_k, "max_tokens": sampling.max_tokens, "seed": seed,
+                  "prompts": prompts,
+                  "inputs": [s.digest() or s.path for s in find_shards(
+                      inputs or ([data] if data else []))]}
         emit("eval", out, produce, config, stats, overwrite=overwrite, suffix=f".{compress}")
         if not records and os.path.isdir(out):  # a rerun that found the work done
             records = list(read([out], kinds={"eval"}))
@@ -129,6 +163,33 @@ def eval_command(
         if overall:
             headline += f", overall {overall[3]:.3f}"
         summarize("eval", stats, headline)
+
+
+def print_comparison(base: str, trained: str) -> None:
+    """The paper's table on stdout: a column per benchmark and the average; rows base,
+    trained, their difference and its paired 95% CI (percentile bootstrap over items)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from spade_cli.terminal import terminal_safe
+    from stages import evaluate as stage
+
+    columns = stage.compare(stage.read_runs(base), stage.read_runs(trained))
+    table = Table(title="spade eval --compare: scores in %, trained - base with a paired 95% "
+                        "CI (bootstrap over items)", title_justify="left")
+    table.add_column("")
+    for column in columns:
+        table.add_column(Text(terminal_safe(column.benchmark)), justify="right")
+    rows = [(f"base: {base}", [f"{100 * c.base:.1f}" for c in columns]),
+            (f"trained: {trained}", [f"{100 * c.trained:.1f}" for c in columns]),
+            ("difference", [f"{100 * c.difference:+.1f}" for c in columns]),
+            ("95% CI", [f"[{100 * c.low:+.1f}, {100 * c.high:+.1f}]" for c in columns]),
+            ("items paired", [str(c.items) for c in columns]),
+            ("items unpaired", [str(c.unpaired) for c in columns])]
+    for label, cells in rows:
+        table.add_row(*(Text(terminal_safe(cell)) for cell in (label, *cells)))
+    Console(soft_wrap=True).print(table)
 
 
 def print_table(rows) -> None:

@@ -239,7 +239,7 @@ class Loop:
         self.produced = produced
 
     def template(self, text: str, round: int) -> str:
-        return text.format(run_dir=self.run, round=round, seeds=seed_shard())
+        return text.format(run_dir=self.run, round=round, **shipped_shards())
 
     def argv(self, stage: Stage, round: int, wired: list[str], inputs: list[str]) -> list[str]:
         known = option_names(stage.command)
@@ -460,17 +460,19 @@ def model_init_commands(recipe: Recipe) -> tuple[str, list[list[str]]]:
 
 
 def memory_seed_command(recipe: Recipe) -> list[str]:
-    source = recipe.memory_seed.format(run_dir=recipe.run_dir, round=0, seeds=seed_shard())
+    source = recipe.memory_seed.format(run_dir=recipe.run_dir, round=0, **shipped_shards())
     return ["memory", "seed", source, "-o", f"{recipe.run_dir}/memory/seed.jsonl"]
 
 
-def seed_shard() -> str:
-    """The shipped seed library's env shard, relative like every other path of a pipeline when
-    it lies under the working directory (a checkout), else absolute (an installed package)."""
+def shipped_shards() -> dict[str, str]:
+    """The env shards a recipe names as `{seeds}` (the seed library) and `{starter}` (the starter
+    tier), relative like every other path of a pipeline when they lie under the working
+    directory (a checkout), else absolute (an installed package)."""
     from stages import seed_library
 
-    relative = os.path.relpath(seed_library.ENV_SHARD)
-    return str(seed_library.ENV_SHARD) if relative.startswith("..") else relative
+    shards = {"seeds": seed_library.ENV_SHARD, "starter": seed_library.STARTER_SHARD}
+    return {name: str(path) if os.path.relpath(path).startswith("..") else os.path.relpath(path)
+            for name, path in shards.items()}
 
 
 def write_json(path: Path, data: dict) -> None:

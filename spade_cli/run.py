@@ -113,9 +113,9 @@ def execute(recipe, from_round: int) -> None:
         if init and not (Path(start_model) / "config.json").exists():
             for argv in init:
                 call(argv, "build the initial model")
-        seed_memory = run_dir / "memory" / "seed.jsonl"
-        if not seed_memory.exists():
-            call(["memory", "seed", "-o", str(seed_memory)], "seed the memory")
+        if recipe.memory_seed and recipe.memory \
+                and not (run_dir / "memory" / "seed.jsonl").exists():
+            call(recipes.memory_seed_command(recipe), "seed the memory")
         for index in range(from_round, recipe.rounds):
             marker = _marker(run_dir, index)
             current["round"] = index

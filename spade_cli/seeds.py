@@ -14,6 +14,8 @@ def register(app: typer.Typer) -> None:
 def seeds(
     domain: Annotated[str, typer.Option(help="game, tool_use, or all.")] = "all",
     paths: Annotated[bool, typer.Option("--paths", help="Print the .py file paths instead.")] = False,
+    starter: Annotated[bool, typer.Option("--starter", help="The starter tier instead: one-turn "
+                                          "games a tiny model learns (the quickstart's pool).")] = False,
 ) -> None:
     """Print the seed library: hand-written envs for every skill, as design records.
 
@@ -21,6 +23,7 @@ def seeds(
 
         spade seeds | spade validate -o runs/seeds/
         spade seeds --paths --domain game
+        spade seeds --starter | spade validate --seed 0
     """
     import sys
 
@@ -31,7 +34,8 @@ def seeds(
     with errors_to_exit("seeds"):
         if domain not in ("game", "tool_use", "all"):
             raise UsageError(f"--domain must be game, tool_use or all, not {domain!r}")
-        files = seed_library.files(None if domain == "all" else domain)
+        files = seed_library.starter_files() if starter else \
+            seed_library.files(None if domain == "all" else domain)
         if paths:
             print("\n".join(str(path) for path in files))
             return

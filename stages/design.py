@@ -1,13 +1,15 @@
 """design: the Environment Designer writes new env programs.
 
-In: a backend (the shared policy in its designer role), a corpus, an optional memory store, and
-for retries the `validation` rejects of an earlier attempt.
+In: a backend (the shared policy in its designer role), a corpus (or none: the no-corpus
+ablation), an optional memory store, and for retries the `validation` rejects of an earlier
+attempt.
 Out: one `design` record per slot: the prompt, the completion with its token ids and sampling
 logprobs (the designer is trained on them), skill, difficulty, round, slot, attempt, the corpus
 document and memory entries it saw (lineage). `spade validate` extracts and checks the code.
-Guarantees: skills rotate by env set (`active_skills` of the domain's six for the set that starts
-at `round`, the set index being round // k, so consecutive sets cover every skill; slots spread
-over them); one corpus document per attempt, without replacement; everything is seeded from
+Guarantees: skills rotate by env set (`active_skills` of the domain's six, or of the skills the
+config names, for the set that starts at `round`, the set index being round // k, so consecutive
+sets cover every skill; slots spread over them); one corpus document per attempt, without
+replacement, and without a corpus a prompt that never mentions one; everything is seeded from
 (seed, round, attempt), so a rerun with the same model reproduces the prompts exactly.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from stages import memory as memory_store
 from stages import prompts
@@ -56,6 +58,7 @@ class Config:
     max_attempts: int = 5
     prompts_dir: str | None = None
     sampling: Sampling = Sampling(temperature=0.6, max_tokens=4096)
+    skills: tuple[str, ...] = ()  # the skills the rotation walks; empty: all of the domain's
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,12 @@ class Slot:
     skill: str
 
 
-def active_skills(domain: str, env_set: int, count: int) -> list[str]:
-    """Round-robin over the domain's skills: `count` of them are active in each env set, the
-    window advancing by `count` from one set to the next (keyed on the set, not the round: with
-    rounds 0, k, 2k... and k a multiple of 6 / count, a round key would never move)."""
-    names = list(SKILLS[domain])
+def active_skills(domain: str, env_set: int, count: int, pool: Sequence[str] = ()) -> list[str]:
+    """Round-robin over the domain's skills (or `pool`, a subset of them): `count` of them are
+    active in each env set, the window advancing by `count` from one set to the next (keyed on
+    the set, not the round: with rounds 0, k, 2k... and k a multiple of 6 / count, a round key
+    would never move)."""
+    names = list(pool or SKILLS[domain])
     return [names[(env_set * count + i) % len(names)] for i in range(count)]
 
 
@@ -78,7 +82,7 @@ def env_set_index(cfg: Config) -> int:
 
 
 def fresh_slots(cfg: Config) -> list[Slot]:
-    skills = active_skills(cfg.domain, env_set_index(cfg), cfg.active_skills)
+    skills = active_skills(cfg.domain, env_set_index(cfg), cfg.active_skills, cfg.skills)
     return [Slot(i, 0, skills[i * len(skills) // cfg.batch]) for i in range(cfg.batch)]
 
 
@@ -92,17 +96,22 @@ def retry_slots(rejects: Iterable[Validation], cfg: Config) -> list[Slot]:
             if r.attempt + 1 < cfg.max_attempts]
 
 
-def prompt_for(slot: Slot, doc: Document, memory: list[Memory], cfg: Config,
+def prompt_for(slot: Slot, doc: Document | None, memory: list[Memory], cfg: Config,
                rng: random.Random) -> tuple[str, list[str], dict]:
-    """The designer's prompt for one slot; returns (text, memory ids used, extra meta)."""
+    """The designer's prompt for one slot; returns (text, memory ids used, extra meta).
+
+    The document and the memory examples are optional paragraphs of the prompt: without them
+    it reads as a complete request that never mentions a document or earlier rounds."""
     positives, negatives = memory_store.examples(memory, slot.skill, rng)
     good, bad = memory_store.describe(positives, negatives)
     memory_text = prompts.render("memory_examples", cfg.prompts_dir, positives=good,
                                  negatives=bad) if good or bad else ""
+    document = prompts.render(f"designer_{cfg.domain}_document", cfg.prompts_dir,
+                              doc_title=doc.title, doc_text=doc.text) if doc else ""
     values = dict(skill=slot.skill, skill_description=SKILLS[cfg.domain][slot.skill],
-                  difficulty=cfg.difficulty, doc_title=doc.title, doc_text=doc.text,
-                  memory=memory_text)
-    meta: dict = {"doc_title": doc.title}
+                  difficulty=cfg.difficulty, document=_paragraph(document),
+                  memory=_paragraph(memory_text))
+    meta: dict = {"doc_title": doc.title} if doc else {}
     if cfg.domain == "game":
         values["min_steps"] = DIFFICULTY_STEPS.get(cfg.difficulty, 3)
     else:
@@ -115,17 +124,25 @@ def prompt_for(slot: Slot, doc: Document, memory: list[Memory], cfg: Config,
     return text, [m.id for m in positives + negatives], meta
 
 
-def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: Config,
+def _paragraph(text: str) -> str:
+    """`text` set apart by blank lines where the prompt places it; nothing when empty."""
+    return f"\n{text.strip()}\n" if text.strip() else ""
+
+
+def run(backend: Backend, documents: list[Document] | None, memory: list[Memory], cfg: Config,
         slots: list[Slot]) -> Iterator[Design]:
-    """Prompt the designer once per slot (one batched call) and yield design records."""
+    """Prompt the designer once per slot (one batched call) and yield design records.
+
+    `documents` None: no corpus (the reference's no-corpus ablation), prompts without one."""
     if not slots:
         return
     attempt_key = min(s.attempt for s in slots)
-    sampler = Sampler(documents, seed=derive_seed(cfg.seed, cfg.round, attempt_key))
+    sampler = None if documents is None else Sampler(
+        documents, seed=derive_seed(cfg.seed, cfg.round, attempt_key))
     rng = random.Random(derive_seed(cfg.seed, cfg.round, attempt_key, 1))
     built = []
     for slot in slots:
-        doc = sampler.next()
+        doc = sampler.next() if sampler is not None else None
         text, memory_ids, meta = prompt_for(slot, doc, memory, cfg, rng)
         built.append((slot, doc, text, memory_ids, meta))
     conversations = [[{"role": "user", "content": text}] for _, _, text, _, _ in built]
@@ -137,7 +154,8 @@ def run(backend: Backend, documents: list[Document], memory: list[Memory], cfg: 
                      round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=text,
                      completion=done.text, prompt_ids=done.prompt_ids,
                      completion_ids=done.completion_ids, logprobs=done.logprobs,
-                     corpus_doc=doc.id, memory_ids=memory_ids, policy=backend.policy,
+                     corpus_doc=doc.id if doc else None, memory_ids=memory_ids,
+                     policy=backend.policy,
                      parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason,
                            "temperature": cfg.sampling.temperature})
 

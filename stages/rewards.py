@@ -11,14 +11,17 @@ advantage, the agent's advantages. Guarantees: never NaN or inf; every constant 
   "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - mu(skill)|
   with mu <- (1 - gamma) * mu + gamma * (the skill's mean reward), updated with the current
   window before scoring (reference: learning_potential.py, delayed_env_rewards.py)
+- with `variance_term`, any variant adds exp(-(var(window rewards) - 0.25)^2 / 0.02), the
+  reference's solver-variance reward (spade/core/utils/rewards.py:11-13)
 - designer advantage = (raw - mean raw of the same skill in the batch) * scale, scale capped
 - agent advantage = (reward - mean) / (std + eps) within the plays of one env
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from statistics import fmean, pstdev
+from statistics import fmean, pstdev, pvariance
 from typing import Sequence
 
 VARIANTS = ("blend", "solve_rate", "regret", "learning_potential")
@@ -36,6 +39,7 @@ class RewardConfig:
     ramp_high: float = 0.85
     failed_play_reward: float = -1.0  # win counts a play the env broke as this (reference)
     ema_gamma: float = 0.85  # learning potential: weight of the newest skill mean (gamma_slow)
+    variance_term: bool = False  # add the solver-variance term to the raw reward
     invalid_penalty: float = 0.0  # designer raw reward for envs whose plays mostly broke
     reject_penalty: float | None = None  # None: rejected designs are discarded, never trained
     scale_cap: float = 50.0
@@ -70,16 +74,26 @@ def plateau(win: float, cfg: RewardConfig) -> float:
 
 
 def designer_raw(win: float, regret_value: float, cfg: RewardConfig,
-                 skill_ema: float | None = None) -> float:
+                 skill_ema: float | None = None, plays: Sequence[float] = ()) -> float:
+    """The variant's reward for one env; `plays` are the window's rewards (variance term)."""
+    extra = variance_term(plays) if cfg.variance_term and len(plays) > 1 else 0.0
     if cfg.variant == "blend":
-        return cfg.regret_weight * regret_n(regret_value, cfg) + cfg.plateau_weight * plateau(win, cfg)
+        return (cfg.regret_weight * regret_n(regret_value, cfg)
+                + cfg.plateau_weight * plateau(win, cfg) + extra)
     if cfg.variant == "solve_rate":
-        return plateau(win, cfg)
+        return plateau(win, cfg) + extra
     if cfg.variant == "regret":
-        return regret_n(regret_value, cfg)
+        return regret_n(regret_value, cfg) + extra
     if cfg.variant == "learning_potential":
-        return abs(win - (win if skill_ema is None else skill_ema))
+        return abs(win - (win if skill_ema is None else skill_ema)) + extra
     raise ValueError(f"unknown reward variant {cfg.variant!r} (one of {', '.join(VARIANTS)})")
+
+
+def variance_term(plays: Sequence[float]) -> float:
+    """exp(-(var - 0.25)^2 / (2 * 0.01)) of the plays' population variance: 1 at the variance of
+    a fair win/loss coin (0.25), 0.04 when every play scores the same. Reference:
+    compute_variance_reward, spade/core/utils/rewards.py:11-13 (np.var, sigma^2 = 0.01)."""
+    return math.exp(-((pvariance(plays) - 0.25) ** 2) / (2 * 0.01))
 
 
 def ema(previous: float | None, value: float, gamma: float) -> float:

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from spade_cli import eval as command
 from stages.backends.scripted import ScriptedBackend
 
-QA = Path(__file__).parents[1] / "fixtures" / "eval" / "qa.jsonl"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
+QA = FIXTURES / "qa.jsonl"
 RIGHT = {"What is 2 + 3?": "5", "Write one thousand in digits.": "1000",
          "What is one half as a decimal?": "1/2",
          "Which option is a prime? (A) 4 (B) 7 (C) 9": "B", "Name the capital of France.": "Paris"}
@@ -30,7 +31,7 @@ command.register(app)
 
 def answer(messages, tools):
     question = messages[-1]["content"].split("Problem:\n", 1)[1].strip()
-    return f"\\boxed{{{RIGHT[question]}}}"
+    return f"\\boxed{{{RIGHT.get(question, '?')}}}"
 
 
 @pytest.fixture
@@ -43,13 +44,21 @@ def scripted(monkeypatch):
     monkeypatch.setattr(options, "check_model", lambda model: model)  # no model folder to find
 
 
-def test_file_suite_writes_eval_records_and_a_summary(scripted):
-    result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(QA), "--model", "m",
+@pytest.fixture
+def model(tmp_path):
+    """A model directory (never loaded: the backend is scripted)."""
+    path = tmp_path / "model"
+    path.mkdir()
+    return str(path)
+
+
+def test_file_suite_writes_eval_records_and_a_summary(scripted, model):
+    result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(QA), "--model", model,
                                  "--round", "4"])
     assert result.exit_code == 0, result.stderr
     records = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == 5 + 4 and all(r["kind"] == "eval" for r in records)
-    assert all(r["suite"] == "qa" and r["round"] == 4 and r["policy"] == "scripted:m"
+    assert all(r["suite"] == "qa" and r["round"] == 4 and r["policy"] == f"scripted:{model}"
                for r in records)
     assert records[-1]["category"] == "overall" and records[-1]["score"] == 1.0
     assert records[-1]["samples"] == 5 and records[-1]["ci_low"] == pytest.approx(0.5655, abs=1e-3)
@@ -57,8 +66,8 @@ def test_file_suite_writes_eval_records_and_a_summary(scripted):
     assert "overall" in result.stderr and "eval: qa: 5 items, overall 1.000" in result.stderr
 
 
-def test_directory_output_resumes(scripted, tmp_path):
-    args = ["eval", "--suite", "file", "--data", str(QA), "--model", "m", "-o", str(tmp_path)]
+def test_directory_output_resumes(scripted, tmp_path, model):
+    args = ["eval", "--suite", "file", "--data", str(QA), "--model", model, "-o", str(tmp_path)]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.stderr
     written = (tmp_path / "eval-00000.jsonl").read_bytes()
@@ -71,32 +80,39 @@ def test_directory_output_resumes(scripted, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--suite", "nope"], "--suite must be one of"),
+    ([], "--suite is required (or --compare BASE TRAINED)"),
     (["--suite", "file"], "needs --data"),
-    (["--suite", "rg-quick", "--data", "x.jsonl"], "belong to --suite file"),
+    (["--suite", "aime"], "--suite aime needs --data PATH"),
+    (["--suite", "lcb"], "--suite lcb needs --data PATH"),
+    (["--suite", "rg-quick", "--data", "x.jsonl"], "belong to --suite aime, gpqa, lcb, file"),
+    (["--compare", "a", "b", "--suite", "rg-quick"], "--compare reads two finished evals"),
     (["--suite", "rg-quick", "envs.jsonl"], "positional inputs"),
     (["--suite", "rg-quick", "--model", ""], "--model is required"),
 ])
-def test_usage_errors_exit_2(args, message, scripted):
-    result = runner.invoke(app, ["eval", "--model", "m", *args])
+def test_usage_errors_exit_2(args, message, scripted, model):
+    result = runner.invoke(app, ["eval", "--model", model, *args])
     assert result.exit_code == 2 and message in result.stderr
 
 
-@pytest.mark.parametrize("suite, package, hint", [("bfcl-mt", "bfcl_eval", "--no-deps bfcl-eval"),
-                                                  ("rg-hard", "reasoning_gym", "reasoning-gym")])
+@pytest.mark.parametrize("suite, package, hint", [
+    (["bfcl-mt"], "bfcl_eval", "--no-deps bfcl-eval"),
+    (["rg-hard"], "reasoning_gym", "reasoning-gym"),
+    (["aime", "--data", str(FIXTURES / "aime.jsonl")], "math_verify", "math-verify")])
 def test_missing_package_exits_69_with_the_install_hint(suite, package, hint, scripted,
-                                                        monkeypatch):
+                                                        monkeypatch, model):
     for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, package, None)
-    result = runner.invoke(app, ["eval", "--suite", suite, "--model", "m"])
+    result = runner.invoke(app, ["eval", "--suite", *suite, "--model", model])
     assert result.exit_code == 69 and hint in result.stderr
     assert result.stdout == ""
 
 
-def test_missing_data_file_exits_66(scripted, tmp_path):
-    result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(tmp_path / "no.jsonl"),
-                                 "--model", "m"])
-    assert result.exit_code == 66
+@pytest.mark.parametrize("suite", ["file", "aime", "gpqa", "lcb"])
+def test_missing_data_file_exits_66(suite, scripted, tmp_path, model):
+    result = runner.invoke(app, ["eval", "--suite", suite, "--data", str(tmp_path / "no.jsonl"),
+                                 "--model", model])
+    assert result.exit_code == 66 and "no.jsonl: no such file" in result.stderr
 
 
 def test_a_category_with_markup_and_escapes_prints_as_text_on_every_rerun(scripted, tmp_path):
@@ -111,3 +127,43 @@ def test_a_category_with_markup_and_escapes_prints_as_text_on_every_rerun(script
         assert result.exit_code == 0, f"{attempt}: {result.stderr}"
         assert "[/] [bold]x $\\undefinedmacro{x}^$ \\x1b]0;owned\\x07\\x1b[2J" in result.stderr
         assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
+def test_each_suite_runs_under_its_protocol_unless_told_otherwise(scripted, tmp_path, model):
+    pytest.importorskip("math_verify")
+    base = ["eval", "--suite", "aime", "--data", str(FIXTURES / "aime.jsonl"), "-m", model]
+    runs = {"protocol": [], "told": ["--temperature", "0.3", "-n", "2"]}
+    for label, extra in runs.items():
+        result = runner.invoke(app, [*base, *extra, "-o", str(tmp_path / label)])
+        assert result.exit_code == 0, result.stderr
+    protocol, told = (orjson.loads((tmp_path / label / "_manifest.json").read_bytes())["config"]
+                      for label in runs)
+    assert {k: protocol[k] for k in ("episodes", "temperature", "top_p", "top_k", "max_tokens")
+            } == {"episodes": 64, "temperature": 1.0, "top_p": 0.95, "top_k": 20,
+                  "max_tokens": 32768}
+    assert (told["episodes"], told["temperature"], told["top_k"]) == (2, 0.3, 20)
+
+
+def test_compare_prints_the_papers_table_with_paired_intervals(tmp_path, monkeypatch, model):
+    import stages.backends
+
+    replies = {"base": lambda m, t: "\\boxed{5}", "trained": answer}
+    for label, reply in replies.items():
+        monkeypatch.setattr(stages.backends, "load_backend",
+                            lambda spec, reply=reply: ScriptedBackend(reply))
+        result = runner.invoke(app, ["eval", "--suite", "file", "--data", str(QA), "-m", model,
+                                     "-o", str(tmp_path / label)])
+        assert result.exit_code == 0, result.stderr
+    result = runner.invoke(app, ["eval", "--compare", str(tmp_path / "base"),
+                                 str(tmp_path / "trained")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any("qa" in line and "average" in line for line in lines)
+    # base answers "5" everywhere: right on 1 of 5 questions; trained: all 5
+    assert any("base:" in line and "20.0" in line for line in lines)
+    assert any("trained:" in line and "100.0" in line for line in lines)
+    assert any("difference" in line and "+80.0" in line for line in lines)
+    assert any("95% CI" in line and "[+40.0, +100.0]" in line for line in lines)
+    missing = runner.invoke(app, ["eval", "--compare", str(tmp_path / "nope"),
+                                  str(tmp_path / "trained")])
+    assert missing.exit_code == 66

@@ -88,3 +88,30 @@ def test_retry_designs_only_rejected_slots_with_attempts_left():
                Validation(check="trivial", slot=5, attempt=0, skill="memory")]
     slots = stage.retry_slots(rejects, cfg)
     assert [(s.slot, s.attempt, s.skill) for s in slots] == [(0, 2, "spatial"), (5, 1, "memory")]
+
+
+def test_without_a_corpus_the_prompt_never_mentions_a_document():
+    """The no-corpus ablation (reference: cmd/ablations/train_no_corpus_30b.sh)."""
+    for domain in ("game", "tool_use"):
+        cfg = stage.Config(domain=domain, batch=2, seed=3)
+        records = list(stage.run(ScriptedBackend(answer_with_seed_env), None, [], cfg,
+                                 stage.fresh_slots(cfg)))
+        for record in records:
+            assert record.corpus_doc is None and "doc_title" not in record.meta
+            assert "document" not in record.prompt.lower()
+            assert "documentation" not in record.prompt.lower()
+            assert "\n\n\n" not in record.prompt
+            assert record.prompt.endswith("Answer with the module in a single ```python code "
+                                          "block.")
+        grounded = list(stage.run(ScriptedBackend(answer_with_seed_env), DOCS, [], cfg,
+                                  stage.fresh_slots(cfg)))
+        assert all("<document title=" in r.prompt for r in grounded)
+
+
+def test_rotation_can_be_restricted_to_named_skills():
+    """The two-skill ablation rotates over two skills only, both active in every set."""
+    pool = ("arithmetic", "induction")
+    for design_round in (0, 4, 8):
+        cfg = stage.Config(round=design_round, active_skills=2, skills=pool, batch=4)
+        assert [s.skill for s in stage.fresh_slots(cfg)] == ["arithmetic", "arithmetic",
+                                                              "induction", "induction"]

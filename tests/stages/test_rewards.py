@@ -58,3 +58,11 @@ def test_agent_advantage_zscore_and_degenerate_groups():
 def test_ema():
     assert rewards.ema(None, 0.5, 0.85) == 0.5
     assert rewards.ema(0.5, 1.0, 0.85) == pytest.approx(0.925)  # gamma weights the new value
+
+
+def test_variance_term_peaks_at_a_fair_coin():
+    assert rewards.variance_term([0.0, 1.0]) == pytest.approx(1.0)
+    assert rewards.variance_term([1.0, 1.0, 1.0]) == pytest.approx(math.exp(-0.0625 / 0.02))
+    with_term = RewardConfig(variant="solve_rate", variance_term=True)
+    assert rewards.designer_raw(0.5, 0.0, with_term, plays=[0.0, 1.0]) == pytest.approx(2.0)
+    assert rewards.designer_raw(0.5, 0.0, with_term, plays=[1.0]) == pytest.approx(1.0)

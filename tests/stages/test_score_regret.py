@@ -1,5 +1,7 @@
 """score-regret: matched timing, window, penalties, diagnostics, lineage."""
 
+import math
+
 import pytest
 
 from stages import score_regret as stage
@@ -111,3 +113,15 @@ def test_learning_potential_updates_the_skill_ema_with_the_window_before_scoring
     (regret,), _ = score(records, round=1, rewards=RewardConfig(variant="learning_potential"))
     mu = 0.15 * 0.2 + 0.85 * 0.75
     assert regret.designer_reward == pytest.approx(abs(0.75 - mu))
+
+
+def test_variance_term_adds_the_reference_solver_variance_reward():
+    """Regret variant plus exp(-(var - 0.25)^2 / 0.02) of the window's rewards (tool use 4B)."""
+    records = [env("a"), env("b")] + plays("env_a", [1, 0], hint=True) \
+        + plays("env_a", [1, 0, 1, 0]) + plays("env_b", [1, 1], hint=True) + plays("env_b", [1, 1])
+    rewards = RewardConfig(variant="regret", variance_term=True)
+    by_env = {r.env_id: r for r in score(records, rewards=rewards)[0]}
+    assert by_env["env_a"].designer_reward == pytest.approx(0.0 + 1.0)  # no regret, var 0.25
+    assert by_env["env_b"].designer_reward == pytest.approx(math.exp(-0.25 ** 2 / 0.02))
+    plain = {r.env_id: r for r in score(records, rewards=RewardConfig(variant="regret"))[0]}
+    assert plain["env_a"].designer_reward == 0.0
