@@ -2,14 +2,17 @@
 
 In: a backend, Config (batch_size, sampling, seed, suite, prompts_dir) and conversations.
 Out: `Chat` returns one Completion per conversation, in order, calling `backend.chat` with at
-most `batch_size` conversations at a time; `answer_prompt` wraps a question in the
-`eval_answer` prompt; `boxed_answer` is the last \\boxed{} of a reply, stripped (None if none).
+most `batch_size` conversations at a time; `answer_prompt` wraps a question in a prompt
+(`eval_answer` unless named); `final_answer` is what a reply answers: the content of its last
+<answer>...</answer>, else of its last \\boxed{}, stripped (None if neither), the order the
+reference code reads RG replies in (spade/core/envs/gem_adapter.py, SpadeReasoningGymEnv.step).
 Guarantees: the sampling seed of each call derives from (seed, suite, call index), so a rerun
 with the same backend reproduces the run.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from stages import prompts
@@ -40,13 +43,17 @@ class Chat:
         return out
 
 
-def answer_prompt(question: str, cfg: Config) -> list[dict]:
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+
+
+def answer_prompt(question: str, cfg: Config, prompt: str = "eval_answer") -> list[dict]:
     return [{"role": "user",
-             "content": prompts.render("eval_answer", cfg.prompts_dir, question=question)}]
+             "content": prompts.render(prompt, cfg.prompts_dir, question=question)}]
 
 
-def boxed_answer(text: str) -> str | None:
+def final_answer(text: str) -> str | None:
     from stages.rollout import last_boxed
 
-    content = last_boxed(text)
+    tagged = ANSWER_TAG.findall(text)
+    content = tagged[-1] if tagged else last_boxed(text)
     return None if content is None else content.strip()

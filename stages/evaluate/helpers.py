@@ -1,22 +1,30 @@
 """Helper processes: package code on model-chosen input, run apart from the eval process.
 
-In: a kind ("rg": Reasoning-Gym scoring, `stages.evaluate.rg._RGScorer`; "bfcl": one BFCL
-entry's simulated APIs and checker, `stages.evaluate.bfcl._BfclEntry`), a per-request timeout
-and an address-space cap. `Helper.request(op, *args)` calls that method in the helper.
+In: a kind ("rg": Reasoning-Gym instances and scoring, `stages.evaluate.rg._RGTasks`; "bfcl":
+one BFCL entry's simulated APIs and checker, `stages.evaluate.bfcl._BfclEntry`; "math":
+math-verify, `stages.evaluate.aime._MathVerify`), a per-request timeout and an address-space
+cap. `Helper.request(op, *args)` calls that method in the helper.
 Out: the method's return value; HelperTimeout when a request runs past its timeout (the helper
 is killed and restarted on the next request), HelperError when it raised or the helper died.
-Why: RG scorers `eval()` or sympy-parse some answers, and simulated APIs take model-chosen
-arguments (e.g. an mpmath precision), so a reply can make them hang or eat memory. Helpers run
-under multiprocessing forkserver with `_helper_main` (this module) as the target; stdout is
-sent to /dev/null there (stdout carries records only). This protects the run, it is NOT a
-security boundary (see the RG and BFCL modules for the input checks on top of it).
+Why: RG scorers `eval()` or sympy-parse some answers, math-verify sympy-parses them, and
+simulated APIs take model-chosen arguments (e.g. an mpmath precision), so a reply can make them
+hang or eat memory. Helpers run under multiprocessing forkserver with `_helper_main` (this
+module) as the target; stdout is sent to /dev/null there (stdout carries records only). The
+fork server is started with PYTHONHASHSEED=HASH_SEED, so every helper has the same hash seed
+whatever the eval process's is: RG instances drawn there are the same in every run. This
+protects the run, it is NOT a security boundary (see the RG and BFCL modules for the input
+checks on top of it).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
+
+HASH_SEED = "0"  # the hash seed of every helper process
+_start_lock = threading.Lock()
 
 
 class HelperTimeout(RuntimeError):
@@ -29,6 +37,7 @@ class HelperError(RuntimeError):
 
 _PRELOAD = {
     "rg": ["reasoning_gym"],
+    "math": ["math_verify"],
     "bfcl": ["bfcl_eval.utils", "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker",
              *(f"bfcl_eval.eval_checker.multi_turn_eval.func_source_code.{m}" for m in (
                  "gorilla_file_system", "math_api", "message_api", "posting_api", "ticket_api",
@@ -44,7 +53,25 @@ def _context(kind: str):
     # import their modules in each child instead, which is merely slower.
     # "stages.evaluate" imports every module of the package, this one (`_helper_main`) included.
     ctx.set_forkserver_preload(["stages.evaluate", *_PRELOAD.get(kind, [])])
+    _start_fork_server()
     return ctx
+
+
+def _start_fork_server() -> None:
+    """Start the fork server (once per process) with the helpers' fixed hash seed: it passes
+    its environment, and its hash secret, to every helper it forks."""
+    from multiprocessing import forkserver
+
+    with _start_lock:
+        before = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = HASH_SEED
+        try:
+            forkserver.ensure_running()
+        finally:
+            if before is None:
+                del os.environ["PYTHONHASHSEED"]
+            else:
+                os.environ["PYTHONHASHSEED"] = before
 
 
 class Helper:
@@ -95,8 +122,9 @@ def _helper_main(conn, kind: str, memory_mb: int) -> None:
 
     # Imported here, not at the top: those modules import this one for Helper. The package is
     # already loaded (unpickling this target imports it), so this allocates nothing.
+    from stages.evaluate.aime import _MathVerify
     from stages.evaluate.bfcl import _BfclEntry
-    from stages.evaluate.rg import _RGScorer
+    from stages.evaluate.rg import _RGTasks
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # package code prints; stdout carries records only
@@ -105,7 +133,10 @@ def _helper_main(conn, kind: str, memory_mb: int) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard == resource.RLIM_INFINITY or hard > limit:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    handler = _RGScorer() if kind == "rg" else _BfclEntry()
+    try:
+        handler = {"rg": _RGTasks, "bfcl": _BfclEntry, "math": _MathVerify}[kind]()
+    except BaseException as exc:  # e.g. _RGTasks refusing an unfixed hash seed
+        handler, failure = None, f"{type(exc).__name__}: {str(exc)[:400]}"
     while True:
         try:
             message = conn.recv()
@@ -114,6 +145,9 @@ def _helper_main(conn, kind: str, memory_mb: int) -> None:
         if message is None:
             return
         op, args = message
+        if handler is None:
+            conn.send(("error", failure))
+            continue
         try:
             reply = ("ok", getattr(handler, op)(*args))
         except BaseException as exc:  # MemoryError, RecursionError, anything the package raises

@@ -3,12 +3,12 @@
 In: a local JSONL with `question` and `answer` (optional `id`, default the line number, and
 `category`): AIME, GPQA or other data the user provides; nothing is downloaded.
 Out: one `eval` item per question (`score` = share of its episodes answered right), details
-with the gold answer and the model's boxed answers. `read_questions` raises InputMissing for a
-missing file and RecordError (with path:line) for a bad line.
-Guarantees: the last boxed answer is compared with the gold one after normalisation (LaTeX
-wrappers, $, spaces, case, a trailing period, a parenthesised choice letter); numbers are
-compared as exact fractions. Exact match only: benchmarks graded by running code
-(LiveCodeBench) need their own runner.
+with the gold answer and the model's answers. `read_jsonl` (shared by the file-based suites)
+raises InputMissing for a missing file and RecordError (with path:line) for a bad line.
+Guarantees: the answer (`final_answer`: answer tags, else the last \\boxed{}) is compared with
+the gold one after normalisation (LaTeX wrappers, $, spaces, case, a trailing period, a
+parenthesised choice letter); numbers are compared as exact fractions. Exact match only: AIME,
+GPQA and LiveCodeBench have their own suites (`aime`, `gpqa`, `lcb`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterator
 
 from stages.backends import Backend
-from stages.evaluate.batching import Chat, answer_prompt, boxed_answer
+from stages.evaluate.batching import Chat, answer_prompt, final_answer
 from stages.evaluate.rollup import _count, item
 from stages.records import Eval
 
@@ -69,7 +69,8 @@ def answers_match(predicted: str | None, gold: Any) -> bool:
     return x is not None and y is not None and x == y
 
 
-def read_questions(path: str) -> list[dict]:
+def read_jsonl(path: str) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a local JSONL (.gz/.zst too)."""
     from stages.records import RecordError
     from stages.shards import InputMissing, open_text
 
@@ -86,31 +87,46 @@ def read_questions(path: str) -> list[dict]:
                 raise RecordError(f"invalid JSON: {exc}", f"{path}:{lineno}") from None
             if not isinstance(row, dict):
                 raise RecordError("expected a JSON object", f"{path}:{lineno}")
-            for key in ("question", "answer"):
-                if row.get(key) is None:
-                    raise RecordError(f"field '{key}': missing", f"{path}:{lineno}")
-            row.setdefault("id", f"{lineno}")
-            rows.append(row)
+            rows.append((lineno, row))
     return rows
+
+
+def read_questions(path: str) -> list[dict]:
+    from stages.records import RecordError
+
+    rows = []
+    for lineno, row in read_jsonl(path):
+        for key in ("question", "answer"):
+            if row.get(key) is None:
+                raise RecordError(f"field '{key}': missing", f"{path}:{lineno}")
+        row.setdefault("id", f"{lineno}")
+        rows.append(row)
+    return rows
+
+
+def limited(rows: list[dict], cfg: Config) -> list[dict]:
+    """The rows of the wanted categories, at most `limit` per category, in file order."""
+    wanted = {c.lower() for c in cfg.categories}
+    kept, seen = [], {}
+    for row in rows:
+        name = str(row.get("category") or "")
+        if wanted and name.lower() not in wanted:
+            continue
+        seen[name] = seen.get(name, 0) + 1
+        if cfg.limit is None or seen[name] <= cfg.limit:
+            kept.append(row)
+    return kept
 
 
 def run_file(rows: list[dict], backend: Backend, cfg: Config, stats: Any = None
              ) -> Iterator[Eval]:
     episodes = cfg.n_episodes
-    wanted = {c.lower() for c in cfg.categories}
-    kept, seen = [], {}
-    for row in rows:
-        category = str(row.get("category") or "")
-        if wanted and category.lower() not in wanted:
-            continue
-        seen[category] = seen.get(category, 0) + 1
-        if cfg.limit is None or seen[category] <= cfg.limit:
-            kept.append(row)
+    kept = limited(rows, cfg)
     conversations = [answer_prompt(str(row["question"]), cfg) for row in kept
                      for _ in range(episodes)]
     completions = iter(Chat(backend, cfg)(conversations))
     for row in kept:
-        answers = [boxed_answer(next(completions).text) for _ in range(episodes)]
+        answers = [final_answer(next(completions).text) for _ in range(episodes)]
         scores = [1.0 if answers_match(a, row["answer"]) else 0.0 for a in answers]
         if any(a is None for a in answers):
             _count(stats, "no_answer")

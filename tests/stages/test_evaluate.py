@@ -57,70 +57,174 @@ def test_rollups_per_category_and_overall():
 
 
 # -- Reasoning-Gym ----------------------------------------------------------------------------
-def test_rg_hard_roster_and_categories():
-    rg = pytest.importorskip("reasoning_gym")
-    from reasoning_gym.factory import DATASETS
-
-    counts = {c: sum(t.category == c for t in ev.RG_HARD) for c in ev_rg._RG_TABLE}
+def test_rg_hard_is_the_papers_a3_split_under_the_reference_protocol():
+    counts = {c: sum(t.category == c for t in ev.RG_HARD)
+              for c in ("Math", "Algorithmic", "Cognition", "Logic")}
     assert counts == {"Math": 31, "Algorithmic": 36, "Cognition": 24, "Logic": 9}
     assert len({t.id for t in ev.RG_HARD}) == 100
-    for task in ev.RG_HARD:
-        module = DATASETS[task.dataset][0].__module__.split(".")[1]
-        assert ev.MODULE_CATEGORY[module] == task.category, task.dataset
+    params = {t.dataset: t.params for t in ev.RG_HARD}
+    # a few A.3 rows as the reference's rg_a3_hard.py has them
+    assert params["graph_color"] == {"max_num_vertices": 20, "min_num_vertices": 10,
+                                     "num_colors": 4}
+    assert params["rubiks_cube"] == {"cube_size": 5, "max_scramble_steps": 50,
+                                     "min_scramble_steps": 25}
+    assert params["syllogism"] == {"allow_all": True, "allow_no": True, "allow_some": False,
+                                   "allow_some_not": False}
+    assert params["acre"] == {} and params["arc_agi"]["rotations_weights"] == [
+        0.15, 0.3, 0.25, 0.3]
+    assert next(t.category for t in ev.RG_HARD if t.dataset == "shortest_path") == "Math"
+    cfg = ev.Config(suite="rg-hard")
+    assert cfg.n_episodes == 8 and ev.rg_seeds(cfg) == list(range(8))
+    assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k,
+            cfg.sampling.max_tokens) == (0.6, 0.8, 20, 8192)
     quick = ev.rg_tasks("rg-quick")
     assert len(quick) == 8 and {t.category for t in quick} == set(counts)
     assert [t.category for t in ev.rg_tasks("rg-hard", limit=1)] == list(counts)
-    assert rg.create_dataset("gcd", size=1, seed=0, **quick[1].params)[0]["answer"]
+
+
+@pytest.mark.slow
+def test_every_rg_hard_config_builds_with_the_installed_package():
+    pytest.importorskip("reasoning_gym")
+    for task in ev.RG_HARD:
+        assert len(ev.rg_dataset(task)) == 500, task.id
+
+
+def test_rg_episode_i_draws_the_entry_the_reference_env_resets_to():
+    pytest.importorskip("reasoning_gym")
+    import reasoning_gym
+
+    task = next(t for t in ev.RG_HARD if t.dataset == "chain_sum")
+    data = reasoning_gym.create_dataset("chain_sum", size=500, seed=42, **task.params)
+    # gem's reset(seed=0) seeds `random` with 0, then random.choice picks index 432 of 500
+    assert ev.rg_instance(ev.rg_dataset(task), 0)["question"] == data[432]["question"]
+    assert ev.rg_instance(ev.rg_dataset(task), 1)["question"] == data[68]["question"]
+
+
+def test_final_answer_prefers_answer_tags_then_the_last_box():
+    assert ev.final_answer("\\boxed{1} <answer> 2 </answer> <ANSWER>3</ANSWER> \\boxed{4}") == "3"
+    assert ev.final_answer("so \\boxed{\\frac{1}{2}} or \\boxed{x^{2}}") == "x^{2}"
+    assert ev.final_answer("<answer>\n[1, 2]\n</answer>") == "[1, 2]"
+    assert ev.final_answer("no answer <answer>unclosed") is None
 
 
 def rg_gold(tasks, cfg):
-    import reasoning_gym
-
     gold = {}
     for task in tasks:
-        data = reasoning_gym.create_dataset(task.dataset, size=cfg.n_episodes,
-                                            seed=ev.rg_seed(task, cfg.seed), **task.params)
-        for i in range(cfg.n_episodes):
-            gold[data[i]["question"].strip()] = data[i]["answer"]
+        data = ev.rg_dataset(task)
+        for seed in ev.rg_seeds(cfg):
+            entry = ev.rg_instance(data, seed)
+            gold[entry["question"].strip()] = entry
     return gold
 
 
-def test_rg_correct_answers_score_one_and_wrong_ones_zero():
+def question_of(messages):
+    return messages[-1]["content"].split("Problem:\n", 1)[1].strip()
+
+
+def test_rg_answers_in_tags_win_boxes_count_and_partial_credit_does_not():
     pytest.importorskip("reasoning_gym")
     tasks = [t for t in ev.RG_HARD if t.dataset in ("chain_sum", "mini_sudoku")]
     cfg = ev.Config(suite="rg-quick", episodes=2, batch_size=3)
     gold = rg_gold(tasks, cfg)
 
-    def solve(messages, tools):
-        question = messages[-1]["content"].split("Problem:\n", 1)[1].strip()
-        return f"Thinking...\n\\boxed{{{gold[question]}}}"
+    def tagged(messages, tools):
+        answer = gold[question_of(messages)]["answer"]
+        return f"Thinking... \\boxed{{-1}}\n<answer>{answer}</answer>"
 
-    right = list(ev.run_rg(tasks, ScriptedBackend(solve), cfg))
+    right = list(ev.run_rg(tasks, ScriptedBackend(tagged), cfg))
     assert [(r.task, r.category, r.score, r.samples) for r in right] == [
         ("chain_sum-hard", "Math", 1.0, 2), ("mini_sudoku-hard", "Cognition", 1.0, 2)]
-    assert right[0].details["answered"] == 2 and right[0].ci_low == pytest.approx(0.3424, abs=1e-4)
-    wrong = list(ev.run_rg(tasks, scripted("\\boxed{-1}"), cfg))
-    silent = list(ev.run_rg(tasks, scripted("no box"), cfg))
+    assert right[0].details["answered"] == 2 and right[0].details["seeds"] == [0, 1]
+    assert right[0].ci_low == pytest.approx(0.3424, abs=1e-4)
+    boxed = list(ev.run_rg(tasks[:1], ScriptedBackend(
+        lambda m, t: f"\\boxed{{{gold[question_of(m)]['answer']}}}"), cfg))
+    assert boxed[0].score == 1.0
+    wrong = list(ev.run_rg(tasks, scripted("<answer>-1</answer>"), cfg))
+    silent = list(ev.run_rg(tasks, scripted("no answer"), cfg))
     assert [r.score for r in wrong + silent] == [0.0] * 4
     assert silent[0].details["answered"] == 0
+
+    def one_wrong_cell(messages, tools):  # mini_sudoku gives partial credit: not a win
+        grid = gold[question_of(messages)]["answer"]
+        return f"<answer>{grid[:-1]}{'1' if grid[-1] != '1' else '2'}</answer>"
+
+    partial = next(ev.run_rg(tasks[1:], ScriptedBackend(one_wrong_cell), cfg))
+    assert partial.score == 0.0 and 0 < max(partial.details["rewards"]) < 1
+
+
+def test_the_scorer_guard_passes_what_rg_scores_and_refuses_code():
+    pytest.importorskip("reasoning_gym")
+    import reasoning_gym
+
+    answer = "6*Integral(x**2*cos(x), x) + C"
+    entry = {"metadata": {"variable": "x", "integrand": "6*x**2*cos(x)"}}
+    data = reasoning_gym.create_dataset("intermediate_integration", size=1, seed=0)
+    assert data.score_answer(answer=answer, entry=entry) == 1.0  # RG's own verdict
+    assert ev.safe_for_scorer("intermediate_integration", answer)
+    for fine in ("x**3/3 + 2*sin(x) + E**x + C", "sqrt(x) - atan(x)/2 + pi*log(x) + C",
+                 "(6 - 4) * 3 * 4", "abs(25*4 - 1)", "Rational(1, 3)*x**3"):
+        assert ev.safe_for_scorer("intermediate_integration", fine), fine
+    for attack in ("__import__('os').system('touch x')", "exec(chr(49))", "x.__class__",
+                   "open(x)", "eval(x)", "x.subs", "lambdify(x, x)", "preview(x)",
+                   "getattr(x, x)"):
+        assert not ev.safe_for_scorer("countdown", attack), attack
+    assert ev.safe_for_scorer("chain_sum", "open('x')")  # a scorer that never parses it
+
+
+def test_rg_integration_answers_left_unevaluated_score_as_rg_scores_them():
+    pytest.importorskip("reasoning_gym")
+    task = next(t for t in ev.RG_HARD if t.dataset == "intermediate_integration")
+    cfg = ev.Config(suite="rg-hard", episodes=1)
+    gold = rg_gold([task], cfg)
+
+    def unevaluated(messages, tools):
+        meta = gold[question_of(messages)]["metadata"]
+        return f"<answer>Integral({meta['integrand']}, {meta['variable']}) + C</answer>"
+
+    record = next(ev.run_rg([task], ScriptedBackend(unevaluated), cfg))
+    assert record.score == 1.0 and record.details["answers"][0].startswith("Integral(")
 
 
 def test_rg_scorers_never_eval_model_text_and_hangs_time_out(tmp_path):
     pytest.importorskip("reasoning_gym")
     marker = tmp_path / "pwned"
     attack = f"__import__('os').system('touch {marker}')"
-    assert not ev.safe_for_scorer("countdown", attack)
-    assert not ev.safe_for_scorer("simple_integration", "exec(chr(49))")
-    assert ev.safe_for_scorer("simple_integration", "x**3/3 + 2*sin(x) + e**x + C")
-    assert not ev.safe_for_scorer("countdown", "x.__class__")
     task = next(t for t in ev.RG_HARD if t.dataset == "string_insertion")
     cfg = ev.Config(suite="rg-quick", episodes=1)
-    assert list(ev.run_rg([task], scripted(f"\\boxed{{{attack}}}"), cfg))[0].score == 0.0
+    assert list(ev.run_rg([task], scripted(f"<answer>{attack}</answer>"), cfg))[0].score == 0.0
     assert not marker.exists()  # string_insertion's eval() is literal-only in the helper
     countdown = next(t for t in ev.RG_HARD if t.dataset == "countdown")
     slow = ev.Config(suite="rg-quick", episodes=1, call_timeout=1.0)
-    record = next(ev.run_rg([countdown], scripted("\\boxed{9**9**9**9}"), slow))
+    record = next(ev.run_rg([countdown], scripted("<answer>9**9**9**9</answer>"), slow))
     assert record.score == 0.0 and record.details["timeouts"] == 1
+
+
+DRAW_QUESTIONS = """
+import json
+from stages import evaluate as ev
+from stages.backends.scripted import ScriptedBackend
+seen = []
+tasks = [t for t in ev.RG_HARD if t.dataset in ("isomorphic_strings", "ransom_note")]
+backend = ScriptedBackend(lambda messages, tools: seen.append(messages[-1]["content"]) or "")
+list(ev.run_rg(tasks, backend, ev.Config(suite="rg-hard", episodes=1)))
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_rg_instances_do_not_depend_on_the_processes_hash_seed():
+    pytest.importorskip("reasoning_gym")
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    runs = [subprocess.run([sys.executable, "-c", DRAW_QUESTIONS], cwd=root, check=True,
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONHASHSEED": seed})
+            for seed in ("1", "2")]
+    first, second = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
+    assert len(first) == 2 and first == second
 
 
 def test_rg_quick_end_to_end_with_the_tiny_model(tiny_backend):
@@ -134,11 +238,28 @@ def test_rg_quick_end_to_end_with_the_tiny_model(tiny_backend):
 
 
 # -- BFCL v4 multi-turn -----------------------------------------------------------------------
+ENTRY_ID = "spade_test_entry_id"  # a key only this test's policy reads
+
+
+@pytest.fixture
+def entries_named(monkeypatch):
+    """Each BFCL episode's system message carries its entry id, so a test policy can look up
+    the entry it plays (first user messages repeat across entries and categories)."""
+    opened = ev.BfclEpisode.__init__
+
+    def init(self, order, category, entry, *rest):
+        opened(self, order, category, entry, *rest)
+        self.messages[0][ENTRY_ID] = entry["id"]
+
+    monkeypatch.setattr(ev.BfclEpisode, "__init__", init)
+
+
 def replay_ground_truth(entries):
-    """A policy that sends each turn's possible-answer calls as <tool_call>s, then stops."""
+    """A policy that sends each turn's possible-answer calls as <tool_call>s, then stops; plans
+    are keyed by entry id."""
     from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
-    plans = {}
+    plans, turn_of = {}, {}
     for _, entry, truth in entries:
         params = {}
         for name in entry["involved_classes"]:
@@ -155,19 +276,25 @@ def replay_ground_truth(entries):
                 arguments.update({k.arg: ast.literal_eval(k.value) for k in node.keywords})
                 turn.append({"name": node.func.id, "arguments": arguments})
             turns.append(turn)
-        plans[json.dumps(entry["question"][0])] = turns
+        plans[entry["id"]] = turns
+        missed = {str(k) for k in entry.get("missed_function") or {}}
+        users = 0  # user messages once a turn has started -> that turn
+        for index, messages in enumerate(entry["question"]):
+            users += 1 if str(index) in missed else sum(m["role"] == "user" for m in messages)
+            turn_of[entry["id"], users] = index
 
     def respond(messages, tools):
-        plan = plans[json.dumps(messages[1:2])]
-        turn = sum(m["role"] == "user" for m in messages) - 1
-        if messages[-1]["role"] == "user" and plan[turn]:
-            return "".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in plan[turn])
+        entry_id = messages[0][ENTRY_ID]
+        turn = turn_of[entry_id, sum(m["role"] == "user" for m in messages)]
+        if messages[-1]["role"] == "user" and plans[entry_id][turn]:
+            return "".join(f"<tool_call>{json.dumps(c)}</tool_call>"
+                           for c in plans[entry_id][turn])
         return "All done."
 
     return ScriptedBackend(respond)
 
 
-def test_bfcl_replayed_answers_score_one_and_silence_zero():
+def test_bfcl_replayed_answers_score_one_and_silence_zero(entries_named):
     pytest.importorskip("bfcl_eval")
     entries = ev.bfcl_entries(["base"], limit=2)
     assert [e["id"] for _, e, _ in entries] == ["multi_turn_base_0", "multi_turn_base_1"]
@@ -180,6 +307,16 @@ def test_bfcl_replayed_answers_score_one_and_silence_zero():
     silent = list(ev.run(scripted("I would rather not."), cfg))
     assert [r.score for r in silent] == [0.0] * 4
     assert silent[0].details["errors"] == ["multi_turn:empty_turn_model_response"]
+
+
+@pytest.mark.slow
+def test_bfcl_replaying_the_ground_truth_passes_all_800_entries(entries_named):
+    pytest.importorskip("bfcl_eval")
+    entries = ev.bfcl_entries()
+    assert len(entries) == 800 and len({e["id"] for _, e, _ in entries}) == 800
+    records = list(ev.run(replay_ground_truth(entries), ev.Config(suite="bfcl-mt")))
+    failed = [(r.task, r.details["errors"]) for r in records if r.task and r.score < 1.0]
+    assert failed == [] and len([r for r in records if r.task]) == 800
 
 
 def test_bfcl_calls_outside_the_apis_never_run(tmp_path):
@@ -294,3 +431,132 @@ def test_file_errors(tmp_path):
     bad.write_text('{"question": "q", "answer": "a"}\n{"question": "q"}\n')
     with pytest.raises(RecordError, match=r"bad.jsonl:2: field 'answer'"):
         ev.read_questions(str(bad))
+
+
+# -- AIME, GPQA-Diamond, LiveCodeBench from local files ---------------------------------------
+def test_aime_answers_are_checked_with_math_verify_in_both_file_forms():
+    pytest.importorskip("math_verify")
+    hf = ev.read_aime(str(FIXTURES / "aime.jsonl"))
+    assert [(r["id"], r["answer"]) for r in hf] == [("2025-I-1", "9"), ("2025-I-2", "999")]
+    reference = ev.read_aime(str(FIXTURES / "aime_prompt_label.jsonl"))
+    assert reference[0]["answer"] == "9" and reference[0]["question"].startswith("Find 3")
+    cfg = ev.Config(suite="aime", data=str(FIXTURES / "aime.jsonl"), episodes=2)
+    assert cfg.n_episodes == 2 and ev.Config(suite="aime").n_episodes == 64
+    # equal as numbers but not as text: exact match would score these 0
+    worked = {"Find 3 squared.": "\\boxed{3^{2}}",
+              "Find 10 cubed minus 1.": "<answer>10^3-1</answer>"}
+    records = list(ev.run(ScriptedBackend(lambda m, t: worked[question_of(m)]), cfg))
+    assert [(r.task, r.score) for r in records] == [("2025-I-1", 1.0), ("2025-I-2", 1.0),
+                                                    ("", 1.0)]
+    assert records[0].suite == "aime" and records[0].details["answers"] == ["3^{2}"] * 2
+    wrong = list(ev.run(scripted("\\boxed{10}"), cfg))
+    assert [r.score for r in wrong] == [0.0] * 3
+
+
+def test_gpqa_shuffles_options_as_the_reference_and_reads_letters():
+    rows = ev.read_gpqa(str(FIXTURES / "gpqa_diamond.csv"))
+    # random.Random(42) through the rows: the right option lands on D, C, D
+    assert [(r["id"], r["answer"], r["category"]) for r in rows] == [
+        ("recA", "D", "Physics"), ("recB", "C", "Chemistry"), ("recC", "D", "Biology")]
+    assert "\nD. -1" in rows[0]["question"] and "\nA. 0" in rows[0]["question"]
+    assert ev.read_gpqa(str(FIXTURES / "gpqa_choices.jsonl"))[0]["answer"] == "C"
+    right = {"-1": "D", "Carbon": "C", "Mitochondrion": "D", "Mercury": "C"}
+
+    def choose(messages, tools):
+        text = messages[-1]["content"]
+        return f"The answer is ({next(v for k, v in right.items() if f'. {k}' in text)})."
+
+    cfg = ev.Config(suite="gpqa", data=str(FIXTURES / "gpqa_diamond.csv"), episodes=2)
+    records = list(ev.run(ScriptedBackend(choose), cfg))
+    assert [r.score for r in records if r.task] == [1.0] * 3 and records[0].suite == "gpqa_diamond"
+    assert [r.category for r in records if not r.task] == ["Physics", "Chemistry", "Biology",
+                                                           ev.OVERALL]
+    assert [r.score for r in ev.run(scripted("\\boxed{A}"), cfg) if r.task] == [0.0] * 3
+    assert ev.choice_letter("so \\boxed{\\text{(b)}}") == "B"
+    assert ev.choice_letter("Answer: C") == "C" and ev.choice_letter("maybe E") is None
+
+
+LCB = FIXTURES / "lcb.jsonl"
+PROGRAMS = {"Read two": "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)",
+            "Read an integer": "n = int(input())\nprint(n / 2)",
+            "Given an array": ("class Solution:\n    def twoSum(self, nums, target):\n"
+                               "        seen = {}\n        for i, x in enumerate(nums):\n"
+                               "            if target - x in seen:\n"
+                               "                return (seen[target - x], i)\n"
+                               "            seen[x] = i\n")}
+
+
+def lcb_reply(programs):
+    def reply(messages, tools):
+        text = messages[-1]["content"]
+        code = next(code for start, code in programs.items() if start in text)
+        return f"Here it is:\n```python\n{code}\n```\n"
+    return reply
+
+
+def test_lcb_rows_keep_their_tests_undecoded():
+    rows = ev.read_lcb(str(LCB))
+    assert [(r["id"], r["category"], r["fn_name"]) for r in rows] == [
+        ("abc001_a", "easy", None), ("abc002_b", "medium", None), ("3000", "hard", "twoSum")]
+    assert not rows[0]["private"].startswith("[")  # base64(zlib(pickle)), decoded in the jail
+
+
+def test_lcb_programs_pass_stdin_and_functional_tests_in_the_jail(jail_available, monkeypatch):
+    import pickle
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the parent unpickled test data")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    cfg = ev.Config(suite="lcb", data=str(LCB))
+    assert (cfg.n_episodes, cfg.sampling.temperature, cfg.sampling.max_tokens) == (1, 0.2, 16384)
+    records = list(ev.run(ScriptedBackend(lcb_reply(PROGRAMS)), cfg))
+    assert [(r.task, r.score) for r in records if r.task] == [
+        ("abc001_a", 1.0), ("abc002_b", 1.0), ("3000", 1.0)]
+    assert records[0].details["verdicts"] == ["accepted"]
+    assert records[0].details["tests_passed"] == [3]  # 1 public + 2 pickled private
+    wrong = dict(PROGRAMS, **{"Read two": "print(3)", "Read an integer": "print('1.5 x')",
+                              "Given an array": "class Solution:\n    def twoSum(self, n, t):\n"
+                                                "        return [1, 0]"})
+    failed = list(ev.run(ScriptedBackend(lcb_reply(wrong)), cfg))
+    assert [r.score for r in failed if r.task] == [0.0] * 3
+    assert failed[0].details["verdicts"] == ["wrong answer on test 1"]
+
+
+def test_lcb_programs_stay_in_the_jail(jail_available, tmp_path):
+    marker = tmp_path / "escaped"
+    hostile = {"Read two": f"open({str(marker)!r}, 'w').write('x')\nprint(3)",
+               "Read an integer": "while True:\n    pass", "Given an array": "no code"}
+    cfg = ev.Config(suite="lcb", data=str(LCB), limit=1)
+    records = list(ev.run(ScriptedBackend(lcb_reply(hostile)), cfg))
+    assert [r.score for r in records if r.task] == [0.0] * 3 and not marker.exists()
+    assert "timeout" in records[1].details["verdicts"][0]
+
+
+# -- comparing two runs -----------------------------------------------------------------------
+def eval_items(suite, scores, category=""):
+    return [Eval(suite=suite, task=f"t{i}", category=category, score=s, samples=1)
+            for i, s in enumerate(scores)]
+
+
+def test_compare_pairs_items_per_benchmark_with_bootstrap_intervals():
+    base = (eval_items("aime2025", [0.0, 0.5, 1.0, 0.25]) + eval_items("rg-hard", [0, 0], "Math")
+            + [Eval(suite="rg-hard", task="m2", category="Math", score=1.0, samples=1)])
+    trained = (eval_items("aime2025", [0.25, 0.75, 1.0, 0.5])
+               + eval_items("rg-hard", [1, 0], "Math")
+               + eval_items("gpqa", [1.0]))
+    aime, math_, average = ev.compare(base, trained)
+    assert (aime.benchmark, aime.items, aime.base, aime.trained) == ("aime2025", 4, 0.4375,
+                                                                     0.625)
+    # differences 0.25, 0.25, 0, 0.25: resampled means lie in [0, 0.25]
+    assert 0.0 <= aime.low < aime.difference < aime.high <= 0.25
+    assert (math_.benchmark, math_.items, math_.unpaired) == ("rg-hard Math", 2, 1)
+    assert average.benchmark == ev.AVERAGE and average.unpaired == 2
+    assert average.base == pytest.approx((0.4375 + 0.0) / 2)
+    assert average.trained == pytest.approx((0.625 + 0.5) / 2)
+    assert average.low <= average.difference <= average.high
+    assert ev.compare(base, trained) == [aime, math_, average]  # a fixed bootstrap seed
+    same = ev.compare(eval_items("s", [0.5] * 3), eval_items("s", [0.75] * 3))[0]
+    assert (same.low, same.high) == pytest.approx((0.25, 0.25))
+    with pytest.raises(ValueError, match="no item is in both"):
+        ev.compare(eval_items("a", [1.0]), eval_items("b", [1.0]))
