@@ -153,6 +153,7 @@ def eval_command(
                   "inputs": [s.digest() or s.path for s in find_shards(
                       inputs or ([data] if data else []))]}
         emit("eval", out, produce, config, stats, overwrite=overwrite, suffix=f".{compress}")
+        keep_evaluated(model, out, suite)
         if not records and os.path.isdir(out):  # a rerun that found the work done
             records = list(read([out], kinds={"eval"}))
         rows = stage.summary_rows(records)
@@ -163,6 +164,17 @@ def eval_command(
         if overall:
             headline += f", overall {overall[3]:.3f}"
         summarize("eval", stats, headline)
+
+
+def keep_evaluated(model: str, out: str, suite: str) -> None:
+    """Mark a train-grpo checkpoint an eval used, so `train-grpo --keep-last` never prunes it."""
+    from pathlib import Path
+
+    from stages.train_grpo import KEEP_FILE, STATE_FILE
+
+    if out != "-" and (Path(model) / STATE_FILE).exists():
+        with open(Path(model) / KEEP_FILE, "a") as fh:
+            fh.write(f"eval {suite}: {out}\n")
 
 
 def print_comparison(base: str, trained: str) -> None:
