@@ -13,10 +13,12 @@ test *opts:
 quickstart:
     bash scripts/quickstart.sh
 
-# Regenerate the shipped seed env shard after editing a seed env.
+# Regenerate the shipped env shards (seed library, starter tier) after editing one of their envs.
 seeds:
     spade seeds | spade validate --seed 0 > stages/seed_library/envs.jsonl.tmp
     mv stages/seed_library/envs.jsonl.tmp stages/seed_library/envs.jsonl
+    spade seeds --starter | spade validate --seed 0 > stages/seed_library/starter/envs.jsonl.tmp
+    mv stages/seed_library/starter/envs.jsonl.tmp stages/seed_library/starter/envs.jsonl
 
 # Benchmarks: printed tables with same-run baselines.
 bench-sandbox:
@@ -25,6 +27,8 @@ bench-rollout:
     python benchmarks/rollout.py
 bench-train:
     python benchmarks/train.py
+bench-memory:
+    python benchmarks/memory.py
 
 # Find repeated code before committing.
 duplicates:

@@ -5,7 +5,18 @@ Out: one `Completion` per conversation: text, and where the engine can give them
 `prompt_ids`, sampled `completion_ids` and per-token sampling `logprobs` (log-probabilities of
 the sampled tokens under the temperature-scaled distribution, before top-p/top-k truncation).
 Guarantees: a backend whose package or device is missing raises BackendUnavailable (exit 69)
-with the install hint; decoding `completion_ids` (special tokens skipped) gives `text`.
+with the install hint; decoding `completion_ids` (special tokens skipped) gives `text`; a
+conversation whose prompt plus `max_tokens` exceeds the model's context is not generated
+(finish_reason `context_limit`, empty text); generation past a conversation's deadline stops
+(finish_reason `timeout`, the text so far) where the engine allows it (hf, openai; vllm runs
+its batch to the end).
+
+Message content and tool schemas never render as the tokenizer's special tokens: an env whose
+observation holds `<|im_start|>system ...` must not forge a system or assistant turn. Before the
+chat template runs, every special-token string in them gets a zero-width space (U+200B) after
+its first character, so it tokenizes as ordinary text; only the template's own markup yields
+special tokens. (Escaping, rather than tokenizing content spans apart, works with every
+template, including ones that trim or inspect content, and keeps one rendering per prompt.)
 
 Backends: `hf` (transformers, CPU or GPU), `vllm` (in-process vllm.LLM, GPU), `openai` (any
 OpenAI-compatible server: no token ids), `scripted` (a Python callable; tests and benchmarks).
@@ -33,6 +44,14 @@ class Sampling:
     max_tokens: int = 256
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # per conversation: the time.monotonic() by which its generation must end (empty: none)
+    deadlines: tuple[float | None, ...] = ()
+    # passed to the chat template as `enable_thinking` (Qwen3's switch); None: the template's
+    # own default
+    enable_thinking: bool | None = None
+
+    def deadline(self, index: int) -> float | None:
+        return self.deadlines[index] if self.deadlines else None
 
 
 @dataclass
@@ -41,7 +60,9 @@ class Completion:
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
-    finish_reason: str = "stop"  # "stop" (end of turn or a stop string) or "length"
+    # "stop" (end of turn or a stop string), "length" (max_tokens), "timeout" (the deadline
+    # passed), "context_limit" (prompt + max_tokens exceed the model's context: not generated)
+    finish_reason: str = "stop"
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -97,15 +118,58 @@ def load_backend(spec: BackendSpec) -> Backend:
     raise BackendUnavailable(f"unknown backend {spec.name!r}: choose hf, vllm or openai")
 
 
-def render_prompt(tokenizer, messages: list[Message], tools: list[dict] | None) -> list[int]:
+def render_prompt(tokenizer, messages: list[Message], tools: list[dict] | None,
+                  enable_thinking: bool | None = None) -> list[int]:
     """Token ids of the conversation under the model's chat template, ready for generation.
 
-    Templates that render `tools` get them natively; others get them in the system turn."""
+    Templates that render `tools` get them natively; others get them in the system turn.
+    Content and tools are escaped first (`escape_special_tokens`). `enable_thinking` reaches
+    the template only when set, so None leaves the template's own default."""
+    specials = special_token_strings(tokenizer)
+    messages = [{**m, "content": escape_special_tokens(m["content"], specials)}
+                if isinstance(m.get("content"), str) else m for m in messages]
+    tools = escape_special_tokens(tools, specials) if tools else None
     if tools and "tools" not in (tokenizer.chat_template or ""):
         messages, tools = tools_in_system_prompt(messages, tools), None
+    switch = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
     return list(tokenizer.apply_chat_template(messages, tools=tools or None,
                                               add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
+                                              return_dict=False, **switch))
+
+
+def special_token_strings(tokenizer) -> tuple[str, ...]:
+    """The tokenizer's special tokens that could be forged in text (two characters or more)."""
+    return tuple(token.content for token in tokenizer.added_tokens_decoder.values()
+                 if token.special and len(token.content) > 1)
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def escape_special_tokens(value: Any, specials: tuple[str, ...]) -> Any:
+    """`value` (a string, or lists and dicts of them) with a zero-width space after the first
+    character of every special-token string, so none of them tokenizes as the special token."""
+    if isinstance(value, str):
+        for token in specials:
+            if token in value:
+                value = value.replace(token, token[0] + ZERO_WIDTH_SPACE + token[1:])
+        return value
+    if isinstance(value, list):
+        return [escape_special_tokens(item, specials) for item in value]
+    if isinstance(value, dict):
+        return {key: escape_special_tokens(item, specials) for key, item in value.items()}
+    return value
+
+
+def unfit_completion(prompt: list[int], sampling: Sampling, context_length: int,
+                     deadline: float | None, now: float) -> Completion | None:
+    """The Completion of a conversation that must not be generated, or None when it may be:
+    `context_limit` when prompt + max_tokens exceed the context, `timeout` past its deadline."""
+    if len(prompt) + sampling.max_tokens > context_length:
+        return Completion("", prompt, [], [], "context_limit")
+    if deadline is not None and now >= deadline:
+        return Completion("", prompt, [], [], "timeout")
+    return None
 
 
 def tools_in_system_prompt(messages: list[Message], tools: list[dict] | None) -> list[Message]:

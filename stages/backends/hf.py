@@ -3,19 +3,35 @@
 In: a local model directory (or a hub id the user names explicitly), conversations, Sampling.
 Out: Completions with prompt ids (the chat template rendered with the tools), sampled ids and
 their logprobs (log_softmax of the raw logits / temperature at each sampled position).
-Guarantees: left-padded batches; the end-of-turn token is kept in `completion_ids` (training
-must learn to stop) and skipped in `text`; `seed` makes sampling reproducible.
+Guarantees: left-padded micro-batches whose estimated memory stays under a budget, so one long
+prompt never pads a whole batch to its length; only the sampled tokens' logprobs are kept (one
+vocabulary-sized row per live step, never the logits of every step); the end-of-turn token is
+kept in `completion_ids` (training must learn to stop) and skipped in `text`; `seed` makes
+sampling reproducible; the sampling distribution is exactly what `Sampling` says (the model's
+own generation defaults, such as a repetition penalty or top-k, are dropped at load).
+
+Options (BackendSpec.options): `max_batch` (conversations per micro-batch, default 16),
+`batch_memory_mb` (memory budget of one micro-batch: 512 on CPU, half the free device memory
+on GPU), `context_length` (default: the model's max_position_embeddings, or the tokenizer's
+model_max_length when smaller).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, render_prompt)
+                             check_local_model, render_prompt, unfit_completion)
 
 log = logging.getLogger(__name__)
+
+CPU_BATCH_MEMORY_MB = 512
+DEFAULT_CONTEXT_LENGTH = 32768  # the paper's agent context, for a model that states none
+# sdpa with a padding mask materialises it per micro-batch as [rows, 1, L, L] (a bool mask and
+# its float copy): about 5 bytes per cell, measured on CPU. Unpadded batches get no mask at all.
+MASK_BYTES_PER_CELL = 5
 
 
 def import_torch_transformers():
@@ -45,7 +61,7 @@ class HFBackend:
     def __init__(self, spec: BackendSpec):
         torch, transformers = import_torch_transformers()
         check_local_model(spec.model)
-        self.torch = torch
+        self.torch, self.transformers = torch, transformers
         self.device = pick_device(spec.device)
         dtype = getattr(torch, spec.dtype) if spec.dtype else (
             torch.bfloat16 if self.device.startswith("cuda") else torch.float32)
@@ -55,10 +71,16 @@ class HFBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = transformers.AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype)
         self.model.to(self.device).eval()
+        self.eos_ids = self._eos_ids()
+        self.model.generation_config = transformers.GenerationConfig(
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id)
         # the path as given: records stay identical wherever a run directory is placed
         self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
         self.max_batch = int(spec.options.get("max_batch", 16))
-        self.eos_ids = self._eos_ids()
+        memory_mb = spec.options.get("batch_memory_mb") or self._default_memory_mb()
+        self.batch_memory = int(memory_mb) * 2**20
+        self.context_length = int(spec.options.get("context_length") or self._context_length())
+        self.token_bytes = self._token_bytes(torch.tensor([], dtype=dtype).element_size())
 
     def _eos_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -66,24 +88,75 @@ class HFBackend:
         ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
         return {i for i in ids if i is not None}
 
-    def render(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
-        return render_prompt(self.tokenizer, messages, tools)
+    def _default_memory_mb(self) -> int:
+        if self.device.startswith("cuda"):
+            free, _ = self.torch.cuda.mem_get_info(self.torch.device(self.device))
+            return free // 2**21
+        return CPU_BATCH_MEMORY_MB
+
+    def _context_length(self) -> int:
+        config = self.model.config.get_text_config()
+        # tokenizers without a limit report a huge sentinel (int(1e30))
+        limits = [n for n in (getattr(config, "max_position_embeddings", None),
+                              getattr(self.tokenizer, "model_max_length", None))
+                  if n and n < 10**7]
+        return min(limits) if limits else DEFAULT_CONTEXT_LENGTH
+
+    def _token_bytes(self, element_size: int) -> int:
+        """Estimated bytes one token of one row costs: its key/value cache over every layer, plus
+        one layer's activations while it is computed (hidden and MLP states, float32)."""
+        config = self.model.config.get_text_config()
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        cache = 2 * config.num_hidden_layers * kv_heads * head_dim * element_size
+        intermediate = getattr(config, "intermediate_size", None) or 4 * config.hidden_size
+        return cache + 4 * (2 * config.hidden_size + 2 * intermediate)
+
+    def render(self, messages: list[Message], tools: list[dict] | None,
+               enable_thinking: bool | None = None) -> list[int]:
+        return render_prompt(self.tokenizer, messages, tools, enable_thinking)
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
-        """Generate in length-sorted micro-batches: padding a short prompt to the longest one
-        of a big batch costs more than the extra generate calls."""
+        """Generate in length-sorted micro-batches bounded by `batch_memory`: padding a short
+        prompt to the longest one of a big batch costs more than the extra generate calls."""
         tools = tools or [None] * len(conversations)
-        prompts = [self.render(m, t) for m, t in zip(conversations, tools)]
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        results: list[Completion | None] = [None] * len(prompts)
-        for number, first in enumerate(range(0, len(order), self.max_batch)):
-            chosen = order[first:first + self.max_batch]
+        prompts = [self.render(m, t, sampling.enable_thinking)
+                   for m, t in zip(conversations, tools)]
+        now = time.monotonic()
+        results: list[Completion | None] = [
+            unfit_completion(prompt, sampling, self.context_length, sampling.deadline(i), now)
+            for i, prompt in enumerate(prompts)]
+        todo = sorted((i for i, done in enumerate(results) if done is None),
+                      key=lambda i: len(prompts[i]))
+        for number, chosen in enumerate(self.micro_batches(todo, prompts, sampling.max_tokens)):
             seed = None if sampling.seed is None else sampling.seed + number
-            chunk = self.generate_ids([prompts[i] for i in chosen],
-                                      Sampling(**{**sampling.__dict__, "seed": seed}))
-            for index, completion in zip(chosen, chunk):
+            part = Sampling(**{**sampling.__dict__, "seed": seed,
+                               "deadlines": tuple(sampling.deadline(i) for i in chosen)})
+            for index, completion in zip(chosen, self.generate_ids([prompts[i] for i in chosen],
+                                                                   part)):
                 results[index] = completion
         return results
+
+    def micro_batches(self, order: list[int], prompts: list[list[int]], max_tokens: int):
+        """Consecutive runs of `order` (sorted by prompt length) whose estimated memory fits the
+        budget; a prompt too big for the budget on its own still runs, alone."""
+        batch: list[int] = []
+        for index in order:
+            grown = batch + [index]
+            if batch and (len(grown) > self.max_batch
+                          or self.batch_bytes([len(prompts[i]) for i in grown], max_tokens)
+                          > self.batch_memory):
+                yield batch
+                grown = [index]
+            batch = grown
+        if batch:
+            yield batch
+
+    def batch_bytes(self, lengths: list[int], max_tokens: int) -> int:
+        width = max(lengths)
+        mask = MASK_BYTES_PER_CELL * len(lengths) * width * width if min(lengths) < width else 0
+        return len(lengths) * (width + max_tokens) * self.token_bytes + mask
 
     def generate_ids(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         torch = self.torch
@@ -95,28 +168,31 @@ class HFBackend:
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
                                  device=self.device)
         greedy = sampling.temperature <= 0
+        recorder = SampledLogprobs(torch, 1.0 if greedy else sampling.temperature)
+        deadline = Deadline(torch, width, sampling.deadlines or (None,) * len(prompts))
         kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_tokens,
-                      output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
-                      eos_token_id=sorted(self.eos_ids))
+                      logits_processor=self.transformers.LogitsProcessorList([recorder]),
+                      stopping_criteria=self.transformers.StoppingCriteriaList([deadline]))
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k or None)
+                          top_k=sampling.top_k)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         with torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        sampled = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float()
-        scale = 1.0 if greedy else sampling.temperature
-        logprobs = torch.log_softmax(logits / scale, dim=-1).gather(
-            -1, sampled.unsqueeze(-1)).squeeze(-1)
-        return [self._completion(prompt, sampled[row].tolist(), logprobs[row].tolist(), sampling)
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention,
+                                            **kwargs)
+        sampled = sequences[:, width:]
+        logprobs = recorder.logprobs(sampled)
+        return [self._completion(prompt, sampled[row].tolist(), logprobs[row].tolist(), sampling,
+                                 deadline.cut_at[row])
                 for row, prompt in enumerate(prompts)]
 
     def _completion(self, prompt: list[int], ids: list[int], logprobs: list[float],
-                    sampling: Sampling) -> Completion:
+                    sampling: Sampling, cut_at: int | None) -> Completion:
         end, finish = len(ids), "length"
-        for index, token in enumerate(ids):
+        if cut_at is not None:  # the deadline stopped this row after its token number cut_at
+            end, finish = cut_at, "timeout"
+        for index, token in enumerate(ids[:end]):
             if token in self.eos_ids:
                 end, finish = index + 1, "stop"
                 break
@@ -129,3 +205,52 @@ class HFBackend:
         if finish == "length" and any(text.endswith(s) for s in sampling.stop):
             finish = "stop"
         return Completion(text, prompt, ids, logprobs, finish)
+
+
+class SampledLogprobs:
+    """A logits processor that keeps log_softmax(logits / temperature) at each sampled token.
+
+    Processors run before sampling, so each call holds its step's distribution until the next
+    call (or `logprobs`) sees which token was sampled from it: one vocabulary-sized row per
+    batch row is alive at a time. It sits before generate's temperature/top-k/top-p warpers
+    (transformers appends those after custom processors), so it sees the raw logits: these are
+    the contract's logprobs, before truncation, and what a forward pass recomputes."""
+
+    def __init__(self, torch, temperature: float):
+        self.torch, self.temperature = torch, temperature
+        self.pending = None
+        self.steps: list = []
+
+    def __call__(self, input_ids, scores):
+        if self.pending is not None:
+            self._take(input_ids[:, -1])
+        self.pending = self.torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def _take(self, tokens) -> None:
+        self.steps.append(self.pending.gather(-1, tokens[:, None])[:, 0])
+        self.pending = None
+
+    def logprobs(self, sampled):
+        """[rows, steps] logprobs of the `sampled` ids ([rows, steps], prompt excluded)."""
+        if len(self.steps) < sampled.shape[1]:
+            self._take(sampled[:, len(self.steps)])
+        return self.torch.stack(self.steps[:sampled.shape[1]], dim=1).cpu()
+
+
+class Deadline:
+    """A stopping criterion: a row stops once the clock passes its deadline (None: never).
+    `cut_at[row]` is how many tokens the row had generated when it was stopped."""
+
+    def __init__(self, torch, width: int, deadlines: tuple[float | None, ...]):
+        self.torch, self.width = torch, width
+        self.deadlines = list(deadlines)
+        self.cut_at: list[int | None] = [None] * len(deadlines)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        now, generated = time.monotonic(), input_ids.shape[1] - self.width
+        for row, deadline in enumerate(self.deadlines):
+            if deadline is not None and now >= deadline and self.cut_at[row] is None:
+                self.cut_at[row] = generated
+        return self.torch.tensor([cut is not None for cut in self.cut_at],
+                                 device=input_ids.device)

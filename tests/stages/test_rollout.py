@@ -158,3 +158,63 @@ def test_a_static_pool_is_played_a_slice_per_round_every_env_once_per_pass():
     assert slices == [envs_for_round(reversed(pool), 3, r, seed=1) for r in range(6)]
     assert slices != [envs_for_round(pool, 3, r, seed=2) for r in range(6)]
     assert envs_for_round(pool, 24, 7, seed=1) == set(pool)
+
+
+# A room whose description is a flood: 20,000 characters at reset, 9,000 after every step.
+FLOOD = '''
+class KnockEnv:
+    max_turns = 3
+    def reset(self, seed=None):
+        return "x" * 20000, {}
+    def step(self, action):
+        return "y" * 9000, 0.0, False, False, {}
+    def solution(self):
+        return ["\\\\boxed{knock}"]
+'''
+
+
+def test_observations_are_capped_and_the_cut_marked(jail_available):
+    seen = []
+
+    def respond(messages, tools):
+        seen.append([m["content"] for m in messages if m["role"] == "user"])
+        return "\\boxed{knock}"
+
+    cfg = stage.Config(plays=1, max_observation_chars=1000, sandbox=CFG.sandbox)
+    play = next(stage.run([env(source=FLOOD, max_turns=3)], ScriptedBackend(respond), cfg))
+    assert play.outcome == "ok" and len(play.turns) == 3
+    first = seen[0][0]
+    assert "x" * 1000 + "... [truncated 19000 chars]" in first and "x" * 1001 not in first
+    assert seen[1][1] == "y" * 1000 + "... [truncated 8000 chars]"
+    assert all(t.observation == "y" * 1000 + "... [truncated 8000 chars]" for t in play.turns)
+
+
+def test_a_conversation_past_the_context_ends_the_play_with_context_limit(tiny_backend,
+                                                                           tiny_model,
+                                                                           jail_available):
+    from stages.backends import BackendSpec, load_backend
+
+    seen = []
+    list(stage.run([env()], ScriptedBackend(lambda messages, tools: seen.append(messages) or "x"),
+                   stage.Config(plays=1, max_turns=1, sandbox=CFG.sandbox)))
+    first_prompt = tiny_backend.render(seen[0], None)
+    # the first prompt fits; the second holds a completion and an observation more
+    backend = load_backend(BackendSpec(name="hf", model=tiny_model,
+                                       options={"context_length": len(first_prompt) + 10}))
+    # stop strings end the random model's turn early, so the play goes on to a second turn
+    sampling = stage.Sampling(max_tokens=8, stop=tuple("abcdefghijklmnopqrstuvwxyz "))
+    cfg = stage.Config(plays=1, sandbox=CFG.sandbox, sampling=sampling)
+    play = next(stage.run([env()], backend, cfg))
+    assert play.turns[0].finish_reason == "stop"
+    assert play.outcome == "context_limit" and play.ok and play.error is None
+    assert play.truncated and not play.terminated and play.reward == 0.0
+    assert len(play.turns) == 1 and play.turns[0].prompt_ids == first_prompt
+
+
+def test_the_episode_budget_bounds_generation(tiny_backend, jail_available):
+    """A budget spent before the model's turn: the model is not called, the play is cut."""
+    cfg = stage.Config(plays=1, episode_timeout=0.0, sandbox=CFG.sandbox,
+                       sampling=stage.Sampling(max_tokens=4000))
+    play = next(stage.run([env()], tiny_backend, cfg))
+    assert play.outcome == "episode_timeout" and play.ok and play.truncated
+    assert play.turns == [] and play.reward == 0.0
