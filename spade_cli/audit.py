@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
+from spade_cli.options import (ContextLength, JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
                                Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
                                PromptsDir, Seed, Temperature, TopK, TopP, backend_spec)
 
@@ -28,6 +28,7 @@ def audit(
     top_k: TopK = JUDGE_TOP_K,
     enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
+    context_length: ContextLength = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
@@ -55,7 +56,7 @@ def audit(
     from stages.shards import Stats, find_shards, read, run_stage
 
     with errors_to_exit("audit"):
-        spec = backend_spec(backend, model, base_url, api_key, device)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
             enable_thinking=enable_thinking))

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
+from spade_cli.options import (ContextLength, TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
                                EnableThinking, MaxTokens, Model, Out, Overwrite, PromptsDir, Round,
                                Seed, Temperature, TopK, TopP, backend_spec)
 
@@ -49,6 +49,7 @@ def design(
     top_k: TopK = TOP_K,
     enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
+    context_length: ContextLength = None,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
@@ -92,7 +93,7 @@ def design(
                              f"{len(skills or SKILLS[domain])} skills to rotate over")
         if no_corpus and corpus:
             raise UsageError("--no-corpus and --corpus exclude each other")
-        spec = backend_spec(backend, model, base_url, api_key, device)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
         cfg = stage.Config(domain=domain, batch=batch, round=round, active_skills=active_skills,
                            every=every, difficulty=difficulty, seed=seed, max_attempts=max_attempts,
                            prompts_dir=prompts, skills=skills, sampling=Sampling(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, Device, Model, Out,
+from spade_cli.options import (ContextLength, ApiKey, BackendName, BaseUrl, Compress, Device, Model, Out,
                                Overwrite, PromptsDir, Round, Seed, backend_spec)
 
 SUITES = ("rg-hard", "rg-quick", "aime", "gpqa", "lcb", "bfcl-mt", "envs", "file")
@@ -63,6 +63,7 @@ def eval_command(
         help="Top-k sampling (0 = off)" + PROTOCOL + ".")] = None,
     max_tokens: Annotated[int | None, typer.Option(
         help="Most tokens one completion may have" + PROTOCOL + ".")] = None,
+    context_length: ContextLength = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
@@ -108,7 +109,7 @@ def eval_command(
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         if not model:
             raise UsageError("--model is required")
-        spec = backend_spec(backend, model, base_url, api_key, device)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
 
         from dataclasses import replace
 

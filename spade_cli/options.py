@@ -49,6 +49,10 @@ EnableThinking = Annotated[bool | None, typer.Option(
     help="Qwen3 templates: think before answering (the chat template's enable_thinking; openai: "
          "sent as chat_template_kwargs). Unset: the template's own default.")]
 MaxTokens = Annotated[int, typer.Option(help="Most tokens one completion may have.")]
+ContextLength = Annotated[int | None, typer.Option(
+    min=1, metavar="N", help="The model's context in tokens (default: the model's own): a "
+                             "prompt that leaves no room for --max-tokens is not generated "
+                             "(rollout: outcome context_limit). The paper: 32768.")]
 Seed = Annotated[int, typer.Option(help="Seed for sampling and for every random choice.")]
 PromptsDir = Annotated[str | None, typer.Option(
     "--prompts", metavar="DIR",
@@ -59,7 +63,7 @@ HUB_PROBE_SECONDS = 3.0  # how long `check_model` waits to learn whether the hub
 
 
 def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | None,
-                 device: str | None):
+                 device: str | None, context_length: int | None = None):
     from spade_cli.errors import UsageError
     from stages.backends import BackendSpec
 
@@ -73,6 +77,8 @@ def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | 
     path = check_model(model)
     # a hub id found in the cache loads from there; records still name the hub id
     options = {"policy": model} if path != model else {}
+    if context_length:  # vllm sizes its engine by it; hf refuses prompts that would pass it
+        options["max_model_len" if backend == "vllm" else "context_length"] = context_length
     return BackendSpec(name=backend, model=path, base_url=base_url, api_key=api_key,
                        device=device, options=options)
 

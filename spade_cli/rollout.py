@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
+from spade_cli.options import (ContextLength, TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
                                EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
                                PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
 
@@ -43,6 +43,7 @@ def rollout(
     top_k: TopK = TOP_K,
     enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 512,
+    context_length: ContextLength = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
     sandbox: Annotated[str, typer.Option(help="nsjail, or none (NOT a security boundary).")] = "nsjail",
@@ -74,7 +75,7 @@ def rollout(
     with errors_to_exit("rollout"):
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
-        spec = backend_spec(backend, model, base_url, api_key, device)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
         cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, max_turns=max_turns,
                            round=round, seed=seed, episode_timeout=episode_timeout,
                            max_observation_chars=max_observation_chars,

@@ -21,8 +21,10 @@ EXPECTED = {
     "quickstart": (["model", *SPADE], []),
     "smollm2-cpu": (["model", *SPADE], []),
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
-                               "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000"]),
-    "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6"]),
+                               "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
+                               "+--backend vllm --context-length 32768"]),
+    "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6",
+                                     "+--context-length 49152"]),
     "qwen3-8b-games-thinking": (SPADE, ["+MODEL=/models/Qwen3-8B", "+--kl-beta 0.005",
                                         "+--max-tokens 20000 --enable-thinking",
                                         "+--max-tokens 4096 --no-enable-thinking"]),
@@ -78,3 +80,16 @@ def test_every_number_in_a_paper_recipe_cites_its_source(path):
         if re.fullmatch(r"\s*\[?[-+0-9., e]+\]?\s*", value):
             assert re.search(r"\bref\b.*:\d|\bpaper\b|\bours\b", comment), \
                 f"{path.name}:{number}: {line.strip()}"
+
+
+def test_the_context_length_reaches_each_backend_as_its_own_option(tmp_path):
+    from spade_cli.options import backend_spec
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert backend_spec("vllm", str(model), None, None, None, 32768).options == {
+        "max_model_len": 32768}
+    assert backend_spec("hf", str(model), None, None, None, 32768).options == {
+        "context_length": 32768}
+    assert backend_spec("hf", str(model), None, None, None).options == {}

@@ -122,7 +122,7 @@ def test_dry_run_paths_are_all_relative_in_a_checkout(monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[2])
     result = runner.invoke(app, ["run", "recipes/quickstart.toml", "--dry-run", "--rounds", "1"])
     assert result.exit_code == 0, result.stderr
-    assert "stages/seed_library/envs.jsonl" in result.stdout
+    assert "stages/seed_library/starter/envs.jsonl" in result.stdout
     assert not [word for word in result.stdout.split() if word.startswith("/")]
 
 
