@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ContextLength, JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
-                               Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
-                               PromptsDir, Seed, Temperature, TopK, TopP, backend_spec)
+from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
+                               ContextLength, Device, EnableThinking, Inputs, MaxTokens, Model,
+                               Out, Overwrite, PromptsDir, Seed, Temperature, TopK, TopP,
+                               backend_spec)
 
 
 def register(app: typer.Typer) -> None:

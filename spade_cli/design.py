@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ContextLength, TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
-                               EnableThinking, MaxTokens, Model, Out, Overwrite, PromptsDir, Round,
-                               Seed, Temperature, TopK, TopP, backend_spec)
+from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, ContextLength,
+                               Device, EnableThinking, MaxTokens, Model, Out, Overwrite,
+                               PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ContextLength, ApiKey, BackendName, BaseUrl, Compress, Device, Model, Out,
-                               Overwrite, PromptsDir, Round, Seed, backend_spec)
+from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, ContextLength, Device,
+                               Out, Overwrite, PromptsDir, Round, Seed, backend_spec)
 
 SUITES = ("rg-hard", "rg-quick", "aime", "gpqa", "lcb", "bfcl-mt", "envs", "file")
 DATA_SUITES = ("aime", "gpqa", "lcb", "file")
@@ -54,7 +54,10 @@ def eval_command(
         help="envs suite: seconds one env step may take.")] = 10.0,
     round: Round = 0,
     backend: BackendName = "hf",
-    model: Model = "",
+    model: Annotated[str, typer.Option(
+        "--model", "-m", metavar="PATH",
+        help="Model directory (hf, vllm; a cached hub id `org/name` also works) or the "
+             "server's model name (openai). Required, except with --compare.")] = "",
     temperature: Annotated[float | None, typer.Option(
         help="Sampling temperature (0 = greedy)" + PROTOCOL + ".")] = None,
     top_p: Annotated[float | None, typer.Option(

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (ContextLength, TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, Device,
-                               EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
+from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, ContextLength,
+                               Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
                                PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
 
 

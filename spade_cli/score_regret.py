@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -93,7 +94,11 @@ def score_regret(
             existing = list(read([memory], kinds={"memory"})) \
                 if memory and os.path.exists(memory) else []
             updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
-            write_atomic(memory_out or memory, encode(updated))
+            # a run without memory_seed has no memory/ yet when round 0 writes its first snapshot
+            os.makedirs(os.path.dirname(memory_out or memory) or ".", exist_ok=True)
+            target = Path(memory_out or memory)
+            target.parent.mkdir(parents=True, exist_ok=True)  # the run's first memory write
+            write_atomic(target, encode(updated))
         d = diagnostics
         summarize("score-regret", stats,
                   f"{len(regrets)} envs scored, mean win {d.mean_win:.2f}, learnable "

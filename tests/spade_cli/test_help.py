@@ -32,9 +32,15 @@ def test_validate_help_names_py_files_and_the_exit_status():
     assert ".py env files" in text and "65 when every design" in text
 
 
-@pytest.mark.parametrize("command", ["design", "hint", "rollout", "train-grpo", "eval"])
+@pytest.mark.parametrize("command", ["design", "hint", "audit", "rollout", "train-grpo"])
 def test_model_is_marked_required(command):
     assert "[required]" in help_text(command).split("--model", 1)[1].split("--", 1)[0]
+
+
+def test_eval_says_when_its_model_is_required():
+    """`spade eval --compare BASE TRAINED` reads two eval outputs and loads no model."""
+    text = " ".join(help_text("eval").replace("│", " ").split())
+    assert "model name (openai). Required, except with --compare." in text
 
 
 def test_libraries_info_lines_and_bars_stay_off_stderr(capsys, monkeypatch):
