@@ -14,8 +14,9 @@ def register(app: typer.Typer) -> None:
 def seeds(
     domain: Annotated[str, typer.Option(help="game, tool_use, or all.")] = "all",
     paths: Annotated[bool, typer.Option("--paths", help="Print the .py file paths instead.")] = False,
-    starter: Annotated[bool, typer.Option("--starter", help="The starter tier instead: one-turn "
-                                          "games a tiny model learns (the quickstart's pool).")] = False,
+    starter: Annotated[bool, typer.Option(
+        "--starter", help="The starter tier instead: one-turn games a tiny model learns (the "
+                          "quickstart's pool).")] = False,
 ) -> None:
     """Print the seed library: hand-written envs for every skill, as design records.
 

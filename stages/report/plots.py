@@ -174,7 +174,9 @@ def chart_no_hint(charts: Charts, rewards: dict[int, NoHint]) -> str:
 @_or_note
 def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
     rounds = sorted(wins)
-    bins = [i / WIN_BINS for i in range(WIN_BINS + 1)]
+    # win is a mean reward: failed or penalised plays (-1) make it negative, which [0, 1] would hide
+    low = -1.0 if any(v < 0 for w in wins.values() for v in w.wins) else 0.0
+    bins = [low + (1 - low) * i / WIN_BINS for i in range(WIN_BINS + 1)]
     if len(rounds) <= SMALL_MULTIPLES:
         cols = min(len(rounds), 4)
         rows = math.ceil(len(rounds) / cols)
@@ -189,7 +191,7 @@ def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
                     edgecolor="white")
             ax.set_title(f"r{number:02d}: {len(w.wins)} envs, learnable {w.learnable_share:.0%}"
                          + ("" if w.source == "regret" else " (rollouts)"), fontsize=9)
-            ax.set_xlim(0, 1)
+            ax.set_xlim(low, 1)
             _integer_y(ax)
         for ax in axes[-1]:
             ax.set_xlabel("win rate")
@@ -201,7 +203,7 @@ def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
         fig = charts.figure(10, 3.4)
         grid = np.array([np.histogram(wins[n].wins, bins=bins)[0] for n in rounds]).T
         image = fig.gca().imshow(grid, aspect="auto", origin="lower", cmap="viridis",
-                                 extent=(rounds[0] - 0.5, rounds[-1] + 0.5, 0, 1))
+                                 extent=(rounds[0] - 0.5, rounds[-1] + 0.5, low, 1))
         fig.colorbar(image, label="envs")
         fig.gca().set_ylabel("win rate")
         fig.gca().set_xlabel("round")

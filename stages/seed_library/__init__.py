@@ -1,9 +1,15 @@
 """The seed library: hand-written envs that pass validation, for every game and tool-use skill.
 
-In: the `.py` files beside this module (`games/`, `tool_use/`), each opening with a
-`# spade: domain=... skill=...` header. Out: their paths, their design records, and the shipped
-env shard `envs.jsonl` (what `spade validate` makes of them; `just seeds` regenerates it).
+In: the `.py` files beside this module (`games/`, `tool_use/`, and the starter tier in
+`starter/`), each opening with a `# spade: domain=... skill=...` header. Out: their paths, their
+design records, and the shipped env shards `envs.jsonl` and `starter/envs.jsonl` (what `spade
+validate --seed 0` makes of them; `just seeds` regenerates both).
 Guarantees: the order is stable (domain, then file name), so ids and shards are reproducible.
+
+The starter tier is three one-turn games answered with a, b or c (the reply's first letter picks;
+1 for the right option, 0 for another, -1 for none): the quickstart's env pool, because a tiny
+random model learns that answer format within a few GRPO updates. They are not part of the
+library proper (`files()` leaves them out), so not in the tiny tokenizer's training text either.
 """
 
 from __future__ import annotations
@@ -14,12 +20,17 @@ from stages.records import Design
 
 HERE = Path(__file__).parent
 ENV_SHARD = HERE / "envs.jsonl"
+STARTER_SHARD = HERE / "starter" / "envs.jsonl"
 
 
 def files(domain: str | None = None) -> list[Path]:
     folders = {"game": "games", "tool_use": "tool_use"}
     chosen = [folders[domain]] if domain else list(folders.values())
     return [path for folder in chosen for path in sorted((HERE / folder).glob("*.py"))]
+
+
+def starter_files() -> list[Path]:
+    return sorted((HERE / "starter").glob("*.py"))
 
 
 def designs(paths: list[Path] | None = None) -> list[Design]:
