@@ -94,8 +94,6 @@ def score_regret(
             existing = list(read([memory], kinds={"memory"})) \
                 if memory and os.path.exists(memory) else []
             updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
-            # a run without memory_seed has no memory/ yet when round 0 writes its first snapshot
-            os.makedirs(os.path.dirname(memory_out or memory) or ".", exist_ok=True)
             target = Path(memory_out or memory)
             target.parent.mkdir(parents=True, exist_ok=True)  # the run's first memory write
             write_atomic(target, encode(updated))
