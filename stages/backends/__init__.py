@@ -26,7 +26,8 @@ drops old <think> blocks yields per-turn prompt ids that are exactly what the mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 Message = dict[str, Any]
@@ -46,12 +47,25 @@ class Sampling:
     stop: tuple[str, ...] = ()
     # per conversation: the time.monotonic() by which its generation must end (empty: none)
     deadlines: tuple[float | None, ...] = ()
+    # per conversation: its own sampling seed (empty: `seed + index`, or None without `seed`);
+    # rollout derives them from (play, turn), so a play's samples do not depend on the schedule
+    seeds: tuple[int | None, ...] = ()
     # passed to the chat template as `enable_thinking` (Qwen3's switch); None: the template's
     # own default
     enable_thinking: bool | None = None
 
     def deadline(self, index: int) -> float | None:
         return self.deadlines[index] if self.deadlines else None
+
+    def seed_for(self, index: int) -> int | None:
+        if self.seeds:
+            return self.seeds[index]
+        return None if self.seed is None else self.seed + index
+
+    def one(self, index: int) -> "Sampling":
+        """The settings of conversation `index` alone: its seed and deadline."""
+        return replace(self, seed=self.seed_for(index), seeds=(),
+                       deadlines=(self.deadline(index),) if self.deadlines else ())
 
 
 @dataclass
@@ -72,6 +86,19 @@ class Backend(Protocol):
 
     def chat(self, conversations: list[list[Message]], sampling: Sampling,
              tools: list[list[dict] | None] | None = None) -> list[Completion]: ...
+
+
+class Streaming(Backend, Protocol):
+    """A backend that takes conversations one at a time and answers each as soon as it is done
+    (the engine batches continuously): rollout then runs without a turn barrier.
+    `sampling` is the request's own (`Sampling.one`): `seed` is used as it is."""
+
+    def submit(self, messages: list[Message], sampling: Sampling,
+               tools: list[dict] | None = None) -> Future[Completion]: ...
+
+
+def streams(backend: Backend) -> bool:
+    return callable(getattr(backend, "submit", None))
 
 
 @dataclass(frozen=True)

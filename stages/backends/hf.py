@@ -130,7 +130,9 @@ class HFBackend:
         todo = sorted((i for i, done in enumerate(results) if done is None),
                       key=lambda i: len(prompts[i]))
         for number, chosen in enumerate(self.micro_batches(todo, prompts, sampling.max_tokens)):
-            seed = None if sampling.seed is None else sampling.seed + number
+            # one generator per micro-batch: with per-conversation seeds, its first one's
+            seed = (sampling.seeds[chosen[0]] if sampling.seeds
+                    else None if sampling.seed is None else sampling.seed + number)
             part = Sampling(**{**sampling.__dict__, "seed": seed,
                                "deadlines": tuple(sampling.deadline(i) for i in chosen)})
             for index, completion in zip(chosen, self.generate_ids([prompts[i] for i in chosen],
