@@ -22,14 +22,28 @@ What it measures:
                        and cold (jails started inside `rollout.run`, shown for comparison).
                        Median of the passes.
 
+  3. turn barrier     (`--barrier` alone) the scripted policy behind an engine whose latency
+                       per request is its completion length times a per-token time, lengths
+                       lognormal (median 600 tokens, sigma 1.0, cut at max_tokens 4096) and drawn
+                       from the request's own seed: 4 plays of each of the 16 seed envs (64),
+                       concurrency 32, up to 10 turns. Turn-batched (`rollout --barrier`: each
+                       turn waits for its longest completion) vs barrier-free (each play's next
+                       turn starts when its own completion returns), interleaved, median of 3
+                       (~4 min in all). Time is scaled (0.5 ms per token) so a pass takes tens
+                       of seconds yet the model, not the jails, dominates, as on a GPU box; the
+                       ratio is what a decode-bound engine with 32 slots would see. The records
+                       of both schedules are checked to be identical.
+
 How to run:
   python benchmarks/rollout.py             # plays 4 per env, 3 passes each; tiny model 3 passes
   python benchmarks/rollout.py --quick     # plays 2 per env, 1 pass each; tiny model 1 pass
+  python benchmarks/rollout.py --barrier   # section 3 only; last line `barrier-free/barrier: X.XXx`
   python benchmarks/rollout.py --json out.json   # also write every number to out.json
 
 Targets (a final PASS/MISS line each; the exit status is 0 either way, since this is a measurement):
   - scripted policy: at least 200 env-steps/s at the best concurrency;
-  - tiny model: orchestration + sandbox under 10% of the wall time of `rollout.run`.
+  - tiny model: orchestration + sandbox under 10% of the wall time of `rollout.run`;
+  - turn barrier: barrier-free at least 1.5x the plays/s of turn-batched.
 Exit 69 (with a message) when nsjail, a jail-readable python or torch/transformers is unavailable,
 or a jail cannot start.
 """
@@ -40,8 +54,10 @@ import argparse
 import collections
 import json
 import logging
+import math
 import os
 import platform
+import random
 import re
 import sys
 import tempfile
@@ -71,6 +87,9 @@ CONCURRENCIES = (1, 2, 8)
 TARGET_STEPS_PER_S = 200.0
 TARGET_OVERHEAD_SHARE = 0.10
 MODEL_ENVS, MODEL_PLAYS, MODEL_MAX_TOKENS, MODEL_CONCURRENCY = 4, 2, 32, 8
+BARRIER_PLAYS, BARRIER_CONCURRENCY, BARRIER_TURNS, BARRIER_REPEATS = 4, 32, 10, 3
+LENGTH_MEDIAN, LENGTH_SIGMA, LENGTH_CAP, SECONDS_PER_TOKEN = 600, 1.0, 4096, 5e-4
+TARGET_BARRIER_RATIO = 1.5
 
 
 # -- the scripted policy ------------------------------------------------------------------------
@@ -320,6 +339,63 @@ def model_rows(r: dict[str, Any]) -> list[list[Any]]:
 
 # -- putting it together ------------------------------------------------------------------------
 
+# -- 3. turn barrier ----------------------------------------------------------------------------
+
+def completion_tokens(sampling: Sampling) -> int:
+    """A heavy-tailed completion length, the same for the same request whatever the schedule."""
+    draw = random.Random(sampling.seed).lognormvariate(math.log(LENGTH_MEDIAN), LENGTH_SIGMA)
+    return min(LENGTH_CAP, max(1, round(draw)))
+
+
+def barrier_pass(envs: list[Env], barrier: bool) -> dict[str, Any]:
+    cfg = rollout.Config(plays=BARRIER_PLAYS, concurrency=BARRIER_CONCURRENCY,
+                         max_turns=BARRIER_TURNS, barrier=barrier)
+    tokens: list[int] = []
+
+    def latency(sampling: Sampling) -> float:
+        tokens.append(completion_tokens(sampling))
+        return tokens[-1] * SECONDS_PER_TOKEN
+
+    backend = ScriptedBackend(respond, policy="bench-scripted", latency=latency)
+    start = time.perf_counter()
+    rollouts = list(rollout.run(envs, backend, cfg))
+    seconds = time.perf_counter() - start
+    return {**summarise(rollouts, seconds), "tokens": sum(tokens),
+            "records": [r.model_dump(exclude={"meta": {"seconds"}}) for r in rollouts]}
+
+
+def bench_barrier(envs: list[Env]) -> dict[str, Any]:
+    passes: dict[str, list[dict[str, Any]]] = {"barrier": [], "barrier-free": []}
+    for _ in range(BARRIER_REPEATS):
+        for mode in passes:
+            passes[mode].append(barrier_pass(envs, barrier=mode == "barrier"))
+    medians = {mode: median_pass(runs, "episodes_per_s") for mode, runs in passes.items()}
+    same = all(run["records"] == passes["barrier"][0]["records"]
+               for runs in passes.values() for run in runs)
+    for result in medians.values():
+        result.pop("records")
+    return {"modes": medians, "same_records": same,
+            "ratio": ratio(medians["barrier-free"]["episodes_per_s"],
+                           medians["barrier"]["episodes_per_s"])}
+
+
+def barrier_rows(r: dict[str, Any]) -> list[list[Any]]:
+    return [[mode, m["episodes"], m["steps"], m["seconds"], m["episodes_per_s"],
+             m["steps_per_s"], m["tokens"] / m["seconds"]] for mode, m in r["modes"].items()]
+
+
+def measure_barrier(envs: list[Env]) -> dict[str, Any]:
+    result = bench_barrier(envs)
+    print(table(f"3. turn barrier: {len(envs)} envs x {BARRIER_PLAYS} plays, concurrency "
+                f"{BARRIER_CONCURRENCY}, <= {BARRIER_TURNS} turns; completion lengths lognormal "
+                f"(median {LENGTH_MEDIAN}, sigma {LENGTH_SIGMA}, cap {LENGTH_CAP}) at "
+                f"{SECONDS_PER_TOKEN * 1e3:g} ms/token; median of {BARRIER_REPEATS}",
+                ["", "plays", "turns", "s", "plays/s", "turns/s", "tokens/s"],
+                barrier_rows(result)), flush=True)
+    print(f"   same records under both schedules: {'yes' if result['same_records'] else 'NO'}\n")
+    return result
+
+
 def machine_facts() -> dict[str, Any]:
     """What the numbers depend on; raises when there is no jail or no torch to measure with."""
     nsjail = locate_nsjail()
@@ -390,12 +466,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="2 plays per env and a single pass of everything")
+    parser.add_argument("--barrier", action="store_true",
+                        help="only the turn-barrier comparison (section 3)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     try:
         facts = machine_facts()
         print(header(facts), flush=True)
+        if args.barrier:
+            envs = list(shards.read([str(ENV_SHARD)]))
+            barrier = measure_barrier(envs)
+            finish({"machine": facts, "barrier": barrier},
+                   [("barrier-free >= 1.5x turn-batched plays/s (same records)",
+                     barrier["ratio"] >= TARGET_BARRIER_RATIO and barrier["same_records"],
+                     f"{barrier['ratio']:.2f}x")], args.json)
+            print(f"barrier-free/barrier: {barrier['ratio']:.2f}x")
+            return 0
         results = measure(args.quick, facts)
     except SandboxUnavailable as exc:
         print(f"benchmarks/rollout.py: sandbox unavailable: {exc}", file=sys.stderr)

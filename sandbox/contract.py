@@ -1,8 +1,10 @@
 """The environment contract as named checks, run in a fixed order.
 
 In: a model's answer (text) or an env program's source, and the validation seeds (drawn fresh
-by the caller for every validation, so an env cannot recognise them). Out: the first failing
-check as `ContractError(check, msg, outcome)`, or the facts `rollout` needs (`EnvFacts`).
+by the caller for every validation, so an env cannot recognise them), with spare seeds to draw
+when every seed gives the same episode (`Seeds`). Out: the first failing check as
+`ContractError(check, msg, outcome)`, or the facts `rollout` needs (`EnvFacts`); `Seeds.used`
+then lists every seed the checks played.
 Guarantees: static checks never execute the code; every runtime check talks to the env only
 through jailed `Worker`s; `solution()` runs in a worker of its own, never in the one whose plays
 check it (rollouts never call it, so nothing it does may help a play); a timeout, memory or
@@ -65,6 +67,10 @@ MAX_TURNS_CAP = reference_tool_base.MAX_TURNS_CAP
 REWARD_BOUND = 1.0
 REFERENCE_REWARD_BOUND = 10.0  # the range the reference's own validation allows
 VALIDATION_SEEDS = 5  # how many seeds the caller draws; every runtime check uses some of them
+# Spare seeds, drawn one at a time only while every seed gives the same episode: a valid game
+# with k answers and one observation shows the same episode on 5 fresh seeds with probability
+# k**-4 (6% for 2 answers, 1.2% for 3), on 25 with k**-24.
+SPARE_SEEDS = 20
 PROBE_ACTION = "\\boxed{zzz}"  # ends the determinism replay: one step past the solution
 GARBAGE_ACTIONS = ("", "hello", "\\boxed{}", "\\boxed{zzz}", "\\boxed{-1}", "\\boxed{1 2 3}",
                    "\\boxed{\\boxed{}}", "Ω≈ç√ 🂡", "x" * 5000, "<tool_call>{bad json</tool_call>",
@@ -86,6 +92,23 @@ class ContractError(Exception):
     def __init__(self, check: str, msg: str, outcome: str = "ok"):
         super().__init__(f"{check}: {msg}")
         self.check, self.msg, self.outcome = check, msg, outcome
+
+
+@dataclass
+class Seeds:
+    """One validation's seeds, all distinct: `used`, which the runtime checks play, and `spare`,
+    moved onto `used` in order, one at a time, only while every used seed gives the same
+    episode, so a game with few answers is not rejected because its fresh seeds agreed."""
+
+    used: list[int]
+    spare: list[int] = field(default_factory=list)
+
+    def draw(self) -> int | None:
+        """The next spare seed, now used; None when none is left."""
+        if not self.spare:
+            return None
+        self.used.append(self.spare.pop(0))
+        return self.used[-1]
 
 
 @dataclass
@@ -342,19 +365,33 @@ def solution_actions(probe: Probe, seed: int) -> list[str]:
     return actions
 
 
-def solve(sandbox: Sandbox, source: str, seeds: Sequence[int], env: EnvClass) -> dict[int, Solved]:
-    """solution() for each seed, each right after a fresh reset, in a worker of its own (for an
-    env without solution(), the first observations only)."""
+def solve(sandbox: Sandbox, source: str, seeds: Seeds, env: EnvClass) -> dict[int, Solved]:
+    """solution() for each used seed, each right after a fresh reset, in a worker of its own
+    (for an env without solution(), the first observations only); then, while every seed gives
+    the same episode, for spare seeds drawn one at a time (an env without solution() draws
+    none: its seeds' hidden states cannot be told apart)."""
     with Worker(sandbox) as worker:
         probe = Probe(worker)
         load(probe, source)
-        solved = {}
-        for seed in seeds:
+        solved: dict[int, Solved] = {}
+
+        def solve_one(seed: int) -> None:
             probe.check = "reset"
             first = probe.reset(seed)
             probe.check = "oracle"
             solved[seed] = Solved(first, solution_actions(probe, seed) if env.solution else None)
+
+        for seed in list(seeds.used):
+            solve_one(seed)
+        while env.solution and same_episode(solved) and (seed := seeds.draw()) is not None:
+            solve_one(seed)
         return solved
+
+
+def same_episode(solved: dict[int, Solved]) -> bool:
+    """Every seed gave the same first observation and solution."""
+    episodes = list(solved.values())
+    return all(episode == episodes[0] for episode in episodes)
 
 
 def check_reset(probe: Probe, seeds: Sequence[int]) -> None:
@@ -464,12 +501,13 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
     solution (where it differs from this seed's), may win an episode by luck (a guess that happens
     to be right), so they fail the env only when they win most of their episodes (play stops once
     that is decided). This seed's own solution actions are never used: they contain the answer. An
-    env whose every seed gives the same episode (first observation and solution) is won by
-    replaying one solution from memory, so it fails; the same answer alone (a low-entropy answer
-    such as a letter) is allowed. An env without solution() is checked by doing nothing and
-    generic actions only: without its answers, seeds whose hidden state differs cannot be told
-    from seeds that give the same episode (a code-breaking game shows the same rules on every
-    seed, and generic guesses get the same "four digits, please").
+    env whose every seed gives the same episode (first observation and solution), the spare seeds
+    `solve` drew included, is won by replaying one solution from memory, so it fails; the same
+    answer alone (a low-entropy answer such as a letter) is allowed. An env without solution()
+    is checked by doing nothing and generic actions only: without its answers, seeds whose
+    hidden state differs cannot be told from seeds that give the same episode (a code-breaking
+    game shows the same rules on every seed, and generic guesses get the same "four digits,
+    please").
     """
     probe.check = "trivial"
     seeds = list(solved)
@@ -482,7 +520,7 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
                        for seed in seeds])
     if tally:
         raise ContractError("trivial", f"cycling generic actions wins {tally} episodes")
-    if facts.oracle and all(solved[seed] == solved[seeds[0]] for seed in seeds):
+    if facts.oracle and same_episode(solved):
         raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode (does reset "
                             "ignore its seed?): one memorised action list wins every one")
     pairs = [(seed, solved[other].actions[:facts.max_turns])
@@ -511,15 +549,19 @@ def check_reset_gate(probe: Probe, seeds: Sequence[int]) -> None:
                                     f"(seed {seed}): {value}")
 
 
-def runtime_checks(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> EnvFacts:
+def runtime_checks(sandbox: Sandbox, source: str, seeds: Seeds | Sequence[int]) -> EnvFacts:
     """load and every runtime check, in order; raises ContractError on the first failure.
+    Given `Seeds`, their `used` ends listing every seed the checks played, spares drawn
+    included (a plain sequence of seeds has no spares).
 
     Two workers: one computes solution() for every seed (started first, it works while the other
     loads and resets), the other plays everything that checks those solutions.
     """
-    if len(set(seeds)) < 2:
+    if not isinstance(seeds, Seeds):
+        seeds = Seeds(list(dict.fromkeys(seeds)))
+    if len(set(seeds.used)) < 2:
         raise ValueError("runtime checks need at least two distinct seeds")
-    seeds = list(dict.fromkeys(seeds))
+    first_seeds = list(seeds.used)  # the solving thread may draw spares onto seeds.used
     env = structure(parse(source))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="solve") as side:
         solving = side.submit(solve, sandbox, source, seeds, env)
@@ -527,15 +569,17 @@ def runtime_checks(sandbox: Sandbox, source: str, seeds: Sequence[int]) -> EnvFa
             probe = Probe(worker, REFERENCE_REWARD_BOUND if env.reference else REWARD_BOUND)
             facts = load(probe, source)
             facts.oracle = env.solution
-            check_reset(probe, seeds)
+            check_reset(probe, first_seeds)
             solved = solving.result()
-            check_determinism(probe, seeds[0], solved[seeds[0]], facts)
-            check_garbage(probe, seeds[1])
+            check_reset(probe, seeds.used[len(first_seeds):])
+            played = list(solved)
+            check_determinism(probe, played[0], solved[played[0]], facts)
+            check_garbage(probe, played[1])
             if facts.oracle:
                 check_oracle(probe, facts, solved)
             check_trivial(probe, facts, solved)
             if facts.domain == "tool_use":
-                check_reset_gate(probe, seeds)
-                probe.reset(seeds[0])
+                check_reset_gate(probe, played)
+                probe.reset(played[0])
                 facts.tools = probe.call("tools").result or []
     return facts

@@ -1,6 +1,9 @@
 """A pool of started jail workers, so a play rarely waits for a jail to start.
 
-In: a Sandbox and how many workers to keep ready. Out: `take()` hands out a started worker.
+In: a Sandbox, how many workers to keep ready, and where jails run: an executor
+(stages/executor.py; default local), whose `worker(sandbox)` makes each one, so a pool on a Ray
+cluster hands out RemoteWorkers whose jails live on the cluster's nodes.
+Out: `take()` hands out a started worker.
 Guarantees: workers are env-agnostic until `load`, so which play gets which worker changes no
 result (runs stay reproducible); starting happens on background threads, overlapping with
 model loading and generation; `close()` stops every worker it still holds; a jail that cannot
@@ -12,17 +15,28 @@ from __future__ import annotations
 
 import queue
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from sandbox.jail import Sandbox, Worker
+from sandbox.jail import Sandbox
+
+if TYPE_CHECKING:
+    from stages.executor import Executor, JailWorker
 
 
 class WorkerPool:
-    def __init__(self, sandbox: Sandbox, ready: int, plays: int | None = None):
+    def __init__(self, sandbox: Sandbox, ready: int, plays: int | None = None,
+                 executor: Executor | None = None):
         """Keep `ready` workers started; start no more than `plays` in all, when known."""
+        if executor is None:  # imported here: sandbox/ loads without stages/
+            from stages.executor import LocalExecutor
+
+            executor = LocalExecutor(ready)
         self.sandbox = sandbox
+        self.executor = executor
         self.budget = plays
         self.ready: queue.SimpleQueue[Future] = queue.SimpleQueue()
-        self.starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="jail-start")
+        self.starter = ThreadPoolExecutor(max_workers=executor.starts,
+                                          thread_name_prefix="jail-start")
         self.pending: list[Future] = []
         self.retired: list[Future] = []
         for _ in range(ready):
@@ -37,12 +51,12 @@ class WorkerPool:
         self.pending.append(future)
         self.ready.put(future)
 
-    def _started(self) -> Worker:
-        worker = Worker(self.sandbox)
+    def _started(self) -> JailWorker:
+        worker = self.executor.worker(self.sandbox)
         worker.start()
         return worker
 
-    def take(self) -> Worker:
+    def take(self) -> JailWorker:
         """A started worker; a replacement starts in the background while plays remain."""
         try:
             future = self.ready.get_nowait()
@@ -52,7 +66,7 @@ class WorkerPool:
         self._start_one()
         return future.result()
 
-    def retire(self, worker: Worker) -> None:
+    def retire(self, worker: JailWorker) -> None:
         """Stop a used worker on a background thread: a finished play does not wait for it."""
         self.retired.append(self.starter.submit(worker.close))
 

@@ -1,14 +1,18 @@
-"""Options shared by several commands, so each is spelled and documented once; and the check
-that a model named on the command line can be loaded here, made before any work starts."""
+"""Options shared by several commands, so each is spelled and documented once; the check that a
+model named on the command line can be loaded here, made before any work starts; and the jail
+executor that --executor and --address name."""
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlparse
 
 import typer
+
+if TYPE_CHECKING:
+    from stages.executor import Executor
 
 Inputs = Annotated[list[str], typer.Argument(
     metavar="INPUT",
@@ -58,6 +62,14 @@ PromptsDir = Annotated[str | None, typer.Option(
     "--prompts", metavar="DIR",
     help="Directory of prompt files overriding the built-in ones by name.")]
 Round = Annotated[int, typer.Option("--round", help="Co-training round these records belong to.")]
+ExecutorName = Annotated[str, typer.Option(
+    "--executor", metavar="NAME",
+    help="Where the jails run: local (this machine), or ray (the nodes of a Ray cluster, "
+         "each running its own jails; every node needs spade and nsjail).")]
+Address = Annotated[str | None, typer.Option(
+    "--address", metavar="HOST:PORT",
+    help="With --executor ray: the cluster's head, HOST:PORT, or auto (the default: "
+         "$RAY_ADDRESS, else the cluster `ray start` made on this machine).")]
 
 HUB_PROBE_SECONDS = 3.0  # how long `check_model` waits to learn whether the hub is reachable
 
@@ -81,6 +93,24 @@ def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | 
         options["max_model_len" if backend == "vllm" else "context_length"] = context_length
     return BackendSpec(name=backend, model=path, base_url=base_url, api_key=api_key,
                        device=device, options=options)
+
+
+def open_jail_executor(executor: str, address: str | None, workers: int) -> Executor:
+    """The executor --executor and --address ask for (stages/executor.py), joined now; a name
+    or address that makes no sense is a UsageError, a cluster that cannot be used exit 69."""
+    from spade_cli.errors import UsageError
+    from stages.executor import EXECUTORS, open_executor, parse_address
+
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor must be {' or '.join(EXECUTORS)}, not {executor!r}")
+    if address is not None and executor != "ray":
+        raise UsageError("--address is for --executor ray")
+    if address not in (None, "auto"):
+        try:
+            parse_address(address)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return open_executor(executor, workers, address)
 
 
 def check_model(model: str) -> str:

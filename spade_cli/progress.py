@@ -175,7 +175,19 @@ class Counted:
         self._backend, self._progress = backend, progress
 
     def __getattr__(self, name: str):
-        return getattr(self._backend, name)
+        attribute = getattr(self._backend, name)  # `submit` only where the backend streams
+        return self._counted_submit(attribute) if name == "submit" else attribute
+
+    def _counted_submit(self, submit):
+        def count(done):
+            if done.exception() is None:
+                self._progress.add_tokens(len(done.result().completion_ids or ()))
+
+        def counted(messages, sampling, tools=None):
+            future = submit(messages, sampling, tools)
+            future.add_done_callback(count)
+            return future
+        return counted
 
     def chat(self, conversations, sampling, tools=None):
         completions = self._backend.chat(conversations, sampling, tools)

@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, ContextLength,
-                               Device, EnableThinking, Inputs, MaxTokens, Model, Out, Overwrite,
-                               PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
+from spade_cli.options import (TOP_K, TOP_P, Address, ApiKey, BackendName, BaseUrl, Compress,
+                               ContextLength, Device, EnableThinking, ExecutorName, Inputs,
+                               MaxTokens, Model, Out, Overwrite, PromptsDir, Round, Seed,
+                               Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -25,8 +26,13 @@ def rollout(
         min=1, help="Play only this many of the input envs, a different slice each round "
                     "(seeded; every env once before any twice): a static pool, as in the "
                     "fixed-env baseline. Default: all.")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Plays at once (one jail each; model "
-                                                         "calls batched across them).")] = 8,
+    concurrency: Annotated[int, typer.Option(min=1, help="Plays at once (one jail each, and "
+                                                         "up to this many model requests in "
+                                                         "flight).")] = 8,
+    barrier: Annotated[bool, typer.Option(
+        "--barrier", help="Batch model calls turn by turn, each turn waiting for its longest "
+                          "completion, even where the backend streams (vllm, openai). For "
+                          "comparison: the records are the same, only slower.")] = False,
     max_turns: Annotated[int, typer.Option(min=1, max=25, help="Turn cap (the env's own "
                                                                 "max_turns applies under it).")] = 25,
     turn_timeout: Annotated[float, typer.Option(help="Seconds one env step may take.")] = 10.0,
@@ -47,6 +53,8 @@ def rollout(
     seed: Seed = 0,
     prompts: PromptsDir = None,
     sandbox: Annotated[str, typer.Option(help="nsjail, or none (NOT a security boundary).")] = "nsjail",
+    executor: ExecutorName = "local",
+    address: Address = None,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
     device: Device = None,
@@ -55,15 +63,21 @@ def rollout(
 ) -> None:
     """Play env records and write one rollout record per play (per-turn ids and logprobs).
 
-    Each play runs in its own jail; the plays' model calls are batched turn by turn.
+    Each play runs in its own jail. With vllm and openai each play takes its next turn as soon
+    as its own completion returns (the engine batches continuously); hf batches turn by turn.
+    A play's sampling seeds come from (play, turn), so the schedule never changes its samples.
+    With `--executor ray` each play's jail runs on a node of the Ray cluster (its env steps
+    too); the model runs here, or behind --base-url.
 
     Examples:
 
         spade rollout runs/q/r00/hint --hint -n 8 -m runs/q/model -o runs/q/r00/rollout-hint
         spade rollout stages/seed_library/envs.jsonl -n 2 -m runs/q/model | jq .reward
+        spade rollout envs/ -n 8 -m runs/q/model --executor ray --address head:6379 -o plays/
     """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.inputs import find_inputs
+    from spade_cli.options import open_jail_executor
     from spade_cli.progress import Counted, Progress
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
@@ -76,7 +90,8 @@ def rollout(
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         spec = backend_spec(backend, model, base_url, api_key, device, context_length)
-        cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, max_turns=max_turns,
+        cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, barrier=barrier,
+                           max_turns=max_turns,
                            round=round, seed=seed, episode_timeout=episode_timeout,
                            max_observation_chars=max_observation_chars,
                            prompts_dir=prompts,
@@ -92,6 +107,7 @@ def rollout(
             chosen = stage.envs_for_round(
                 (r.id for r in read([s.path for s in shards], kinds={"env"})), envs_per_round,
                 round, seed)
+        jails = open_jail_executor(executor, address, concurrency)
         stats = Stats()
         loaded = []
 
@@ -101,7 +117,7 @@ def rollout(
             envs = [env for env in envs if chosen is None or env.id in chosen]
             progress.add_total(len(envs) * plays)
             # jails start on background threads while the model loads
-            with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays) as pool:
+            with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays, jails) as pool:
                 if not loaded:
                     loaded.append(Counted(load_backend(spec), progress))
                 yield from play(envs, loaded[0], pool)
@@ -121,7 +137,7 @@ def rollout(
                            "round", "backend", "model", "temperature", "top_p", "top_k",
                            "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",
                            "concurrency", "envs_per_round")}
-        with progress:
+        with jails, progress:
             run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
         plays_done = stats.written["rollout"]

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from spade_cli.options import Compress, Out, Overwrite
+from spade_cli.options import Address, Compress, ExecutorName, Out, Overwrite
 
 log = logging.getLogger("spade.validate")
 READS = "design records and .py files"
@@ -42,12 +42,8 @@ def validate(
     allow_all_rejected: Annotated[bool, typer.Option(
         "--allow-all-rejected", help="Exit 0 even when every design is rejected (`spade run` "
                                      "sets it: rejects are data for the designer).")] = False,
-    executor: Annotated[str, typer.Option(
-        help="Where the jails run: local (this machine), or ray (the nodes of a Ray cluster, "
-             "each running its own jails; every node needs spade and nsjail).")] = "local",
-    address: Annotated[str | None, typer.Option(
-        help="With --executor ray: the cluster's head, HOST:PORT, or auto (the default: "
-             "$RAY_ADDRESS, else the cluster `ray start` made on this machine).")] = None,
+    executor: ExecutorName = "local",
+    address: Address = None,
     overwrite: Overwrite = False,
     compress: Compress = "jsonl",
 ) -> None:
@@ -72,25 +68,16 @@ def validate(
         spade validate designs/ -o envs/ --executor ray --address head:6379 -w 64
     """
     from spade_cli.errors import DATA, UsageError, errors_to_exit
+    from spade_cli.options import open_jail_executor
     from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
     from stages import validate as stage
-    from stages.executor import EXECUTORS, open_executor, parse_address
     from stages.shards import Stats, run_stage
 
     with errors_to_exit("validate"):
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
-        if executor not in EXECUTORS:
-            raise UsageError(f"--executor must be local or ray, not {executor!r}")
-        if address is not None and executor != "ray":
-            raise UsageError("--address is for --executor ray")
-        if address not in (None, "auto"):
-            try:
-                parse_address(address)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
         limits = Limits(call_timeout=call_timeout, memory_mb=memory_mb, lifetime=budget,
                         cpu_seconds=budget)
         cfg = stage.Config(workers=workers, sandbox=Sandbox(mode=sandbox, limits=limits),
@@ -101,7 +88,7 @@ def validate(
         config = {"sandbox": sandbox, "call_timeout": call_timeout, "memory_mb": memory_mb,
                   "budget": budget, "seed": seed}
         progress = Progress("validate", "designs")
-        jobs = open_executor(executor, workers, address)
+        jobs = open_jail_executor(executor, address, workers)
 
         def transform(designs):
             designs = list(designs)

@@ -3,7 +3,8 @@
 In: a pure function of one record and the records (`map`), or a Sandbox (`worker`).
 Out: `map` yields fn(record) for each record, in input order, with at most 2 x `workers`
 records under way; `worker(sandbox)` is an unstarted jail worker with sandbox.jail.Worker's
-start/call/close, the same `Reply` objects and the same timeouts, so callers never branch.
+start/call/close, the same `Reply` objects and the same timeouts, so callers never branch;
+`starts` is how many jail starts are worth running at once (a worker pool's starter threads).
   - LocalExecutor: threads of this process, and the in-process Worker.
   - RayExecutor: `map` runs each record as a Ray task (1 CPU, spread over the nodes), which
     starts its jails on the node it runs on; `worker` is a RemoteWorker whose jail lives on one
@@ -36,6 +37,7 @@ EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT = 3.0  # seconds to reach the cluster's head before giving up
 REMOTE_SLACK = 30.0  # seconds a jail host may take beyond the call's own timeout (kill, network)
 HOST_START_TIMEOUT = 120.0  # seconds for every node's jail host to come up
+STARTS_PER_NODE = 2  # jails one node starts at once: a start is mostly that node's CPU time
 JAIL_HOST_THREADS = 256  # calls one node's jail host serves at once: one per play it holds
 RAY_HINT = "pip install 'spade-selfplay[ray]' (on every node)"
 
@@ -57,6 +59,8 @@ class JailWorker(Protocol):
 
 
 class Executor(Protocol):
+    starts: int
+
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]: ...
     def worker(self, sandbox: Sandbox) -> JailWorker: ...
     def close(self) -> None: ...
@@ -80,6 +84,8 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class LocalExecutor:
     """Threads of this process; in-process jail workers."""
+
+    starts = STARTS_PER_NODE
 
     def __init__(self, workers: int):
         self.workers = max(1, workers)
@@ -252,6 +258,7 @@ class RayExecutor:
         self.ray = _import_ray()
         self.workers = max(1, workers)
         self.joined = _join(self.ray, address)
+        self.starts = STARTS_PER_NODE * max(1, len(_cpu_nodes(self.ray)))
         self._task = self.ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_apply)
         self._lock = threading.Lock()
         self._hosts: list[tuple[Any, str, float]] | None = None  # (actor, node ip, CPUs)
@@ -300,7 +307,7 @@ class RayExecutor:
         ray = self.ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+        nodes = _cpu_nodes(ray)
         if not nodes:
             raise ExecutorUnavailable("ray: the cluster has no live node with CPUs")
         actor = ray.remote(num_cpus=0, max_concurrency=JAIL_HOST_THREADS)(JailHost)
@@ -325,6 +332,11 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cpu_nodes(ray: Any) -> list[dict]:
+    """The cluster's live nodes that have CPUs to run jails."""
+    return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
 
 
 def _join(ray: Any, address: str | None) -> bool:

@@ -5,8 +5,10 @@ Out: one `rollout` record per play, in input order (env, then play index): every
 completion (prompt ids, completion ids, sampling logprobs), the action the env received, the
 observation and reward; the episode reward; the env outcome; the seed that replays it.
 Guarantees:
-- each play runs in its own jailed worker; `concurrency` plays are active at once and their
-  model calls are batched turn by turn;
+- each play runs in its own jailed worker; `concurrency` plays are active at once. With a
+  streaming backend (vllm, openai) each play advances as soon as its own completion returns and
+  the engine batches continuously; otherwise (hf, or `barrier`) model calls are batched turn
+  by turn, each turn waiting for its longest completion;
 - episode reward = clip(last step reward, -1, 1) when the env terminated, else 0 (outcome only);
 - turns stop at min(env max_turns, Config.max_turns <= 25); a completion that hits max tokens
   without ending its turn truncates the episode;
@@ -23,22 +25,26 @@ Guarantees:
 - game actions are normalised to `\\boxed{<last boxed content>}` (the env's own parser then
   handles malformed ones); tool-use actions go to the env verbatim, which charges -0.1 for a
   format error and continues.
-The sampling seed of each batched call derives from (seed, round, call index), so a rerun with
-the same backend, model and concurrency reproduces the plays.
+The sampling seed of every model call derives from (play seed, turn): engines that seed each
+request on its own (vllm, openai) give a play the same samples whatever the schedule,
+concurrency or barrier; hf seeds a whole micro-batch, so its plays reproduce for the same
+concurrency.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable, Worker
 from sandbox.pool import WorkerPool
 from stages import prompts
-from stages.backends import Backend, Sampling
+from stages.backends import Backend, Completion, Sampling, Streaming, streams
 from stages.isolation import INTERNAL, PASS_THROUGH, failure, isolated
 from stages.records import Env, Failure, Rollout, Turn, derive_seed
 
@@ -55,6 +61,7 @@ class Config:
     plays: int = 8
     hint: bool = False
     concurrency: int = 8
+    barrier: bool = False  # batch model calls turn by turn even when the backend streams
     max_turns: int = MAX_TURNS_CAP
     round: int = 0
     seed: int = 0
@@ -178,6 +185,16 @@ class Episode:
         self.messages += [{"role": "assistant", "content": completion.text},
                           {"role": role, "content": observation}]
 
+    # -- model side ------------------------------------------------------------------------------
+    def request(self) -> tuple[list[dict], list[dict] | None]:
+        """The conversation and tools of this play's next model call."""
+        return self.messages, self.env.tools or None
+
+    def sampling(self) -> Sampling:
+        """This turn's own settings: a seed from (play, turn), whatever the schedule."""
+        return replace(self.cfg.sampling, seed=derive_seed(self.seed, "turn", len(self.turns)),
+                       seeds=(), deadlines=(self.deadline,))
+
     def fail(self, reply: Reply) -> None:
         if reply.outcome == "sandbox_failure":
             raise SandboxUnavailable((reply.error or {}).get("msg", "sandbox failure"))
@@ -249,43 +266,79 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config,
         with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * cfg.plays) as own:
             yield from run(envs, backend, cfg, own)
         return
-    tasks = ((env, play) for env in envs for play in range(cfg.plays))
-    pending: dict[int, Rollout] = {}
-    next_out, order, calls = 0, 0, 0
-    active: list[Episode] = []
+    episodes = (Episode(order, env, play, cfg, backend.policy) for order, (env, play)
+                in enumerate((env, play) for env in envs for play in range(cfg.plays)))
+    schedule = turn_batched if cfg.barrier or not streams(backend) else streamed
+    finished: dict[int, Rollout] = {}
+    next_out = 0
     with ThreadPoolExecutor(max_workers=max(1, min(cfg.concurrency, 16))) as threads:
-        try:
-            exhausted = False
-            while active or not exhausted:
-                fresh = []
-                while not exhausted and len(active) + len(fresh) < cfg.concurrency:
-                    task = next(tasks, None)
-                    if task is None:
-                        exhausted = True
-                        break
-                    fresh.append(Episode(order, task[0], task[1], cfg, backend.policy))
-                    order += 1
-                active += fresh  # before opening, so `finally` closes them if an open raises
-                list(threads.map(lambda e: _isolated(e, lambda: e.open(pool)), fresh))
-                for episode in [e for e in active if e.result is not None]:
-                    pending[episode.order] = episode.result
-                active = [e for e in active if e.result is None]
-                if active:
-                    sampling = Sampling(**{**cfg.sampling.__dict__,
-                                           "seed": play_seed("batch", cfg.hint, calls,
-                                                             cfg.round, cfg.seed),
-                                           "deadlines": tuple(e.deadline for e in active)})
-                    calls += 1
-                    completions = backend.chat([e.messages for e in active], sampling,
-                                               [e.env.tools or None for e in active])
-                    list(threads.map(lambda e, c: _isolated(e, lambda: e.act(c)), active,
-                                     completions))
-                    for episode in [e for e in active if e.result is not None]:
-                        pending[episode.order] = episode.result
-                    active = [e for e in active if e.result is None]
-                while next_out in pending:
-                    yield pending.pop(next_out)
-                    next_out += 1
-        finally:
-            for episode in active:
-                episode.close()
+        for episode in schedule(episodes, backend, cfg, pool, threads):
+            finished[episode.order] = episode.result
+            while next_out in finished:
+                yield finished.pop(next_out)
+                next_out += 1
+
+
+def streamed(episodes: Iterator[Episode], backend: Streaming, cfg: Config, pool: WorkerPool,
+             threads: ThreadPoolExecutor) -> Iterator[Episode]:
+    """No turn barrier: each play's next step starts as soon as its previous one is done (env
+    steps on `threads`, model calls in flight on the engine); yields plays as they end."""
+    running: dict[Future, Episode] = {}
+
+    def env_side(episode: Episode, work: Callable[[], None]) -> None:
+        running[threads.submit(_isolated, episode, work)] = episode
+
+    def start_next() -> None:
+        episode = next(episodes, None)
+        if episode is not None:
+            env_side(episode, partial(episode.open, pool))
+
+    try:
+        for _ in range(cfg.concurrency):
+            start_next()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                outcome = future.result()  # raises what stops the stage (no jail, no engine)
+                episode = running.pop(future)
+                if isinstance(outcome, Completion):
+                    env_side(episode, partial(episode.act, outcome))
+                elif episode.result is not None:
+                    yield episode
+                    start_next()
+                else:
+                    messages, tools = episode.request()
+                    running[backend.submit(messages, episode.sampling(), tools)] = episode
+    finally:
+        for episode in running.values():
+            episode.close()
+
+
+def turn_batched(episodes: Iterator[Episode], backend: Backend, cfg: Config, pool: WorkerPool,
+                 threads: ThreadPoolExecutor) -> Iterator[Episode]:
+    """Turn by turn: one batched model call for every active play's next turn, so each turn
+    waits for its longest completion (for backends that take whole batches: hf)."""
+    active: list[Episode] = []
+    try:
+        while True:
+            fresh = list(islice(episodes, cfg.concurrency - len(active)))
+            if not fresh and not active:
+                return
+            active += fresh  # before opening, so `finally` closes them if an open raises
+            list(threads.map(lambda e: _isolated(e, partial(e.open, pool)), fresh))
+            yield from (e for e in active if e.result is not None)
+            active = [e for e in active if e.result is None]
+            if not active:
+                continue
+            requests = [e.request() for e in active]
+            own = [e.sampling() for e in active]
+            sampling = replace(cfg.sampling, seeds=tuple(s.seed for s in own),
+                               deadlines=tuple(s.deadline(0) for s in own))
+            completions = backend.chat([m for m, _ in requests], sampling,
+                                       [t for _, t in requests])
+            list(threads.map(lambda e, c: _isolated(e, partial(e.act, c)), active, completions))
+            yield from (e for e in active if e.result is not None)
+            active = [e for e in active if e.result is None]
+    finally:
+        for episode in active:
+            episode.close()

@@ -18,7 +18,9 @@ stage goes on with the rest.
 
 Validation seeds are fresh for every design: derived from a base seed and the design's id, where
 the base is `Config.seed` when given (a reproducible validation) and otherwise drawn from the OS
-for each design, so no env can know them in advance. Every record lists them in
+for each design, so no env can know them in advance. Five are played; when all five give the
+same episode, up to SPARE_SEEDS more, derived the same way, are drawn one at a time until one
+differs (sandbox/contract.py `Seeds`). Every record lists the seeds played in
 `meta.validation = {"seed": base, "seeds": [...]}`: rerunning with `--seed <base>` replays the
 same design's validation exactly.
 """
@@ -33,7 +35,8 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sandbox.contract import VALIDATION_SEEDS, ContractError, runtime_checks, static_checks
+from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds, runtime_checks,
+                              static_checks)
 from sandbox.jail import Sandbox
 from stages.executor import Executor, LocalExecutor
 from stages.isolation import INTERNAL, isolated
@@ -56,11 +59,12 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(normal.encode()).hexdigest()
 
 
-def validation_seeds(base: int, design: Design) -> list[int]:
-    """The seeds one design is validated with: distinct, and drawn like rollout seeds."""
+def validation_seeds(base: int, design: Design, count: int = VALIDATION_SEEDS) -> list[int]:
+    """The first `count` seeds one design is validated with: distinct, and drawn like rollout
+    seeds (a longer list starts with the shorter one)."""
     seeds: list[int] = []
     index = 0
-    while len(seeds) < VALIDATION_SEEDS:
+    while len(seeds) < count:
         seed = derive_seed("validate", base, design.id, index)
         index += 1
         if seed not in seeds:
@@ -70,8 +74,9 @@ def validation_seeds(base: int, design: Design) -> list[int]:
 
 def validate_one(design: Design, cfg: Config) -> Env | Validation:
     base = cfg.seed if cfg.seed is not None else secrets.randbits(31)
-    seeds = validation_seeds(base, design)
-    meta = {"validation": {"seed": base, "seeds": seeds}}
+    drawn = validation_seeds(base, design, VALIDATION_SEEDS + SPARE_SEEDS)
+    seeds = Seeds(drawn[:VALIDATION_SEEDS], drawn[VALIDATION_SEEDS:])
+    meta = {"validation": {"seed": base, "seeds": seeds.used}}  # grows by any spare drawn
     source_file = design.meta.get("source_file")  # a hand-written env: its verdict names it
     if source_file is not None:
         meta["source_file"] = source_file

@@ -1,4 +1,5 @@
-"""WorkerPool: started workers ready ahead of need, never more than the plays announced."""
+"""WorkerPool: started workers ready ahead of need, never more than the plays announced, made
+by the executor it is given (local jails by default)."""
 
 import pytest
 
@@ -30,3 +31,29 @@ def test_a_jail_that_cannot_start_surfaces_on_take(tmp_path):
     with pytest.raises(SandboxUnavailable):
         pool.take()
     pool.close()
+
+
+class CountingExecutor:
+    """Where jails run, as the pool sees an executor: it makes unstarted workers."""
+
+    starts = 2
+
+    def __init__(self):
+        self.made = []
+
+    def worker(self, sandbox):
+        from sandbox.jail import Worker
+
+        worker = Worker(sandbox)
+        self.made.append(worker)
+        return worker
+
+
+def test_workers_come_from_the_executor_given(jail_available):
+    executor = CountingExecutor()
+    with WorkerPool(Sandbox(), ready=2, plays=3, executor=executor) as pool:
+        workers = [pool.take() for _ in range(3)]
+        assert [w.call("ping").result for w in workers] == ["pong"] * 3
+        for worker in workers:
+            pool.retire(worker)
+    assert {id(w) for w in workers} == {id(w) for w in executor.made}

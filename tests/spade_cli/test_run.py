@@ -64,6 +64,24 @@ def test_dry_run_prints_every_stage_of_both_rounds(tmp_path, monkeypatch):
     assert 'MODEL="$(ls -d runs/tiny/ckpt/step-*' in result.stdout
 
 
+def test_validate_and_rollout_stages_can_run_their_jails_on_a_ray_cluster(tmp_path, monkeypatch):
+    workspace = make_workspace(tmp_path)
+    recipe = (workspace / "tiny.toml").read_text()
+    on_ray = 'executor = "ray"\naddress = "10.0.0.1:6379"\n'
+    for command in ('command = "validate"\n', 'command = "rollout"\n'):
+        recipe = recipe.replace(command, command + on_ray)
+    (workspace / "tiny.toml").write_text(recipe)
+    monkeypatch.chdir(workspace)
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run"])
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("spade ")]
+    on_cluster = [line.split()[1] for line in lines
+                  if "--executor ray --address 10.0.0.1:6379" in line]
+    assert on_cluster == [line.split()[1] for line in lines
+                          if line.split()[1] in ("validate", "rollout")]
+    assert on_cluster.count("validate") == 2 and on_cluster.count("rollout") == 3
+
+
 @pytest.mark.parametrize("table,message", [
     ('[[stage]]\ncommand = "rollout"\nplys = 3\n', "'plys' is not an option of `spade rollout`"),
     ('[[stage]]\ncommand = "fly"\n', "command must be one of"),

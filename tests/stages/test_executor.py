@@ -1,6 +1,7 @@
 """Executors: on Ray the jail side gives what it gives locally (the same records, byte for byte,
-the same worker replies, the same exit 69 when a jail cannot start); Ray is optional, imported
-only when asked for, and a cluster that is missing or unreachable is one line and exit 69.
+for validate and rollout, the same worker replies, the same exit 69 when a jail cannot start);
+Ray is optional, imported only when asked for, and a cluster that is missing or unreachable is
+one line and exit 69.
 
 The Ray tests share one local Ray head on loopback (every address 127.0.0.1, no usage reports,
 no dashboard), started once per session and shut down after.
@@ -15,14 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
 from sandbox.jail import Limits, Sandbox, SandboxUnavailable
 from spade_cli.app import app
 from spade_cli.errors import exit_code_for
-from stages import seed_library
+from stages import backends, seed_library
 from stages import validate as stage
+from stages.backends.scripted import ScriptedBackend
 from stages.executor import LocalExecutor, RayExecutor
 from stages.shards import Stats
 
@@ -83,8 +86,8 @@ def spade(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_importing_spade_does_not_import_ray():
-    code = ("import sys, spade_cli.app, spade_cli.validate, stages.validate, stages.executor; "
-            "print('ray' in sys.modules)")
+    code = ("import sys, spade_cli.app, spade_cli.validate, spade_cli.rollout, sandbox.pool, "
+            "stages.validate, stages.executor; print('ray' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip() == "False", done.stderr
@@ -98,12 +101,18 @@ def test_ray_executor_without_ray_exits_69_with_the_install_hint(monkeypatch):
     assert "pip install 'spade-selfplay[ray]'" in result.stderr
 
 
+ROLLOUT = ["rollout", "--backend", "openai", "-m", "scripted", str(seed_library.ENV_SHARD)]
+
+
+@pytest.mark.parametrize("command", [["validate", str(seed_library.files()[0])], ROLLOUT],
+                         ids=["validate", "rollout"])
 @pytest.mark.parametrize("args", [["--address", "head:6379"],
                                   ["--executor", "ray", "--address", "head"],
                                   ["--executor", "dask"]])
-def test_executor_options_that_make_no_sense_are_usage_errors(args):
-    result = runner.invoke(app, ["validate", *args, str(seed_library.files()[0])])
+def test_executor_options_that_make_no_sense_are_usage_errors(command, args):
+    result = runner.invoke(app, [*command, *args])
     assert result.exit_code == 2, result.stderr
+    assert "--executor" in result.stderr or "--address" in result.stderr
 
 
 @pytest.mark.slow
@@ -133,6 +142,34 @@ def test_ray_validate_writes_the_same_records_as_local(ray_head, tmp_path, jail_
     assert outputs["ray"] == outputs["local"]
     lines = b"".join(outputs["local"].values()).splitlines()
     assert len(lines) == len(files) and b'"kind":"validation"' in b"".join(lines)
+
+
+def scripted_agent(messages, tools) -> str:
+    """An answer that depends on what the agent was shown, so plays differ by env and seed."""
+    return f"\\boxed{{{sum(map(ord, messages[-1]['content'])) % 10}}}"
+
+
+@pytest.mark.slow
+def test_ray_rollout_writes_the_same_records_as_local(ray_head, tmp_path, monkeypatch,
+                                                      jail_available):
+    monkeypatch.setattr(backends, "load_backend", lambda spec: ScriptedBackend(scripted_agent))
+    outputs = {}
+    for executor in ("local", "ray"):
+        out = tmp_path / executor
+        extra = ["--address", ray_head] if executor == "ray" else []
+        result = runner.invoke(app, [*ROLLOUT, "-n", "2", "--max-turns", "3", "--executor",
+                                     executor, *extra, "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        records = [orjson.loads(line) for line in (out / "rollout-00000.jsonl").read_bytes()
+                   .splitlines()]
+        for record in records:
+            del record["meta"]["seconds"]  # wall-clock time, the one field that may differ
+        outputs[executor] = records
+    assert outputs["ray"] == outputs["local"]
+    assert len(outputs["local"]) == 2 * len(seed_library.ENV_SHARD.read_text().splitlines())
+    assert {r["outcome"] for r in outputs["local"]} == {"ok"}
+    # real plays, answered by each env: not one failure repeated
+    assert len({r["turns"][-1]["observation"] for r in outputs["local"]}) >= 10
 
 
 def play(worker) -> list:

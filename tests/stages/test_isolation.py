@@ -44,12 +44,12 @@ class NaNLogprobs(ScriptedBackend):
         super().__init__(respond)
         self.poison = poison
 
-    def chat(self, conversations, sampling, tools=None):
-        out = super().chat(conversations, sampling, tools)
-        for messages, done in zip(conversations, out):
-            if any(self.poison in (m.get("content") or "") for m in messages):
-                done.logprobs = [math.nan] * len(done.logprobs)
-        return out
+    def submit(self, messages, sampling, tools=None):
+        future = super().submit(messages, sampling, tools)
+        if any(self.poison in (m.get("content") or "") for m in messages):
+            done = future.result()
+            done.logprobs = [math.nan] * len(done.logprobs)
+        return future
 
 
 # -- the guard itself --------------------------------------------------------------------------

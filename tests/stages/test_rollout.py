@@ -218,3 +218,81 @@ def test_the_episode_budget_bounds_generation(tiny_backend, jail_available):
     play = next(stage.run([env()], tiny_backend, cfg))
     assert play.outcome == "episode_timeout" and play.ok and play.truncated
     assert play.turns == [] and play.reward == 0.0
+
+
+# -- schedules: barrier-free (streaming backends) and turn-batched ----------------------------
+
+def slow_scripted(action, seen):
+    """A streaming scripted backend whose latency depends on the request's seed (so plays finish
+    out of order), noting (conversation, seed) of every request in `seen`."""
+    def latency(sampling):
+        seen.append(sampling.seed)
+        return (sampling.seed % 7) * 0.01
+
+    def respond(messages, tools):
+        return f"Let me think. \\boxed{{{action}}}"
+    return ScriptedBackend(respond, latency=latency)
+
+
+def without_timing(plays):
+    return [p.model_dump(exclude={"meta": {"seconds"}}) for p in plays]
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 8])
+def test_plays_do_not_depend_on_the_schedule(jail_available, concurrency):
+    """Barrier-free at any concurrency gives the turn-batched records, and every model call
+    gets the seed of its (play, turn), whatever the order calls are made in."""
+    envs = [env(), env(KNOCK.replace("self.left = 3", "self.left = 2"))]
+    base = stage.Config(plays=3, concurrency=2, barrier=True,
+                        sandbox=Sandbox(limits=Limits(call_timeout=2)))
+    seen_batched, seen_free = [], []
+    batched = list(stage.run(envs, slow_scripted("knock", seen_batched), base))
+    free = list(stage.run(envs, slow_scripted("knock", seen_free),
+                          stage.Config(**{**base.__dict__, "barrier": False,
+                                          "concurrency": concurrency})))
+    assert without_timing(free) == without_timing(batched)
+    assert sorted(seen_free) == sorted(seen_batched)
+    expected = {stage.derive_seed(p.seed, "turn", t) for p in batched for t in range(len(p.turns))}
+    assert set(seen_free) == expected and len(seen_free) == len(expected)
+
+
+def test_barrier_free_plays_finish_out_of_order_and_are_written_in_order(jail_available):
+    """Play 0 is slow, play 1 fast: play 1 ends first, the output is still (env, play) order."""
+    slow, fast = env(KNOCK.replace("Knock 3 times", "Knock thrice")), env()
+    slow_seeds = {stage.derive_seed(stage.play_seed(slow.id, False, 0, 0, 0), "turn", t)
+                  for t in range(3)}
+    returned = []
+
+    class Noting(ScriptedBackend):
+        def submit(self, messages, sampling, tools=None):
+            future = super().submit(messages, sampling, tools)
+            future.add_done_callback(lambda _: returned.append(sampling.seed in slow_seeds))
+            return future
+
+    backend = Noting(lambda messages, tools: "\\boxed{knock}",
+                     latency=lambda s: 0.3 if s.seed in slow_seeds else 0.0)
+    plays = list(stage.run([slow, fast], backend, stage.Config(
+        plays=1, concurrency=2, sandbox=Sandbox(limits=Limits(call_timeout=2)))))
+    assert [p.env_id for p in plays] == [slow.id, fast.id]
+    assert all(p.reward == 1.0 for p in plays)
+    assert returned == [False] * 3 + [True] * 3  # the fast play's three turns came back first
+
+
+def test_an_engine_failure_stops_the_stage_and_releases_every_jail(jail_available):
+    from concurrent.futures import Future
+
+    from stages.backends import BackendUnavailable
+
+    class Failing(ScriptedBackend):
+        def submit(self, messages, sampling, tools=None):
+            future = Future()
+            future.set_exception(BackendUnavailable("server went away"))
+            return future
+
+    pool_cfg = stage.Config(plays=4, concurrency=4, sandbox=Sandbox(limits=Limits(call_timeout=2)))
+    from sandbox.pool import WorkerPool
+
+    with WorkerPool(pool_cfg.sandbox, 4, 4) as pool:
+        with pytest.raises(BackendUnavailable):
+            list(stage.run([env()], Failing(lambda m, t: ""), pool_cfg, pool))
+        assert pool.retired  # the opened plays gave their workers back

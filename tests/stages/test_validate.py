@@ -1,6 +1,7 @@
 """validate: every broken or gaming fixture is rejected by its own check; every valid fixture and
 the seed library pass; validation seeds are fresh, recorded and replayable."""
 
+import random
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,44 @@ def test_validation_seeds_are_fresh_recorded_and_replayable(jail_available):
     assert str(seeds[0]) in first.error.msg  # the failing episode names its seed
     replay = stage.validate_one(design, stage.Config(seed=first.meta["validation"]["seed"]))
     assert dumps(replay) == dumps(first)
+
+
+def coin_sides(seeds: list[int]) -> set[str]:
+    """The sides valid/coin_call.py hides on these seeds (its one draw, redone here)."""
+    return {random.Random(seed).choice(("heads", "tails")) for seed in seeds}
+
+
+def test_a_two_answer_game_is_accepted_whatever_seeds_validate_it(jail_available):
+    """All five fresh seeds hide the same side one time in sixteen: the same first observation
+    and solution on every seed, which alone must not reject a game whose answer is random."""
+    design = design_for(VALID / "coin_call.py")
+    bases = range(200)
+    agreeing = [b for b in bases if len(coin_sides(stage.validation_seeds(b, design))) == 1]
+    assert len(agreeing) >= 5  # 12 of these 200: the case is exercised
+    checked = agreeing + [b for b in bases[::25] if b not in agreeing]
+    for base in checked:
+        record = stage.validate_one(design, stage.Config(seed=base))
+        assert isinstance(record, Env), f"--seed {base}: {record.check}: {record.error.msg}"
+        seeds = record.meta["validation"]["seeds"]
+        assert seeds[:5] == stage.validation_seeds(base, design)
+        if base in agreeing:  # spare seeds drawn until one hid the other side, and no further
+            assert len(seeds) > 5 and len(coin_sides(seeds[:-1])) == 1
+            assert len(coin_sides(seeds)) == 2
+        else:
+            assert len(seeds) == 5
+        if base == agreeing[0]:  # replayed exactly, spare seeds included
+            again = stage.validate_one(design, stage.Config(seed=base))
+            assert dumps(again) == dumps(record)
+
+
+def test_an_env_that_ignores_its_seed_is_rejected_after_every_spare_seed(jail_available):
+    from sandbox.contract import SPARE_SEEDS, VALIDATION_SEEDS
+
+    record = stage.validate_one(design_for(BROKEN / "trivial_fixed_answer.py"), stage.Config())
+    assert isinstance(record, Validation) and record.check == "trivial"
+    seeds = record.meta["validation"]["seeds"]
+    assert len(set(seeds)) == VALIDATION_SEEDS + SPARE_SEEDS
+    assert f"all {len(seeds)} seeds give the same episode" in record.error.msg
 
 
 def test_a_given_seed_makes_validation_reproducible_per_design():
