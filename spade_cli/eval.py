@@ -42,7 +42,8 @@ def eval_command(
     category: Annotated[list[str] | None, typer.Option(
         "--category", help="Keep only this category (repeatable): Math, base, a skill.")] = None,
     batch_size: Annotated[int, typer.Option(
-        "--batch-size", min=1, help="Conversations per model call.")] = 32,
+        "--batch-size", min=1, help="Conversations per model call (hf; vllm and openai take "
+                                    "them all at once).")] = 32,
     max_steps: Annotated[int, typer.Option(
         "--max-steps", min=1, help="bfcl-mt: tool-calling replies per user turn before the "
                                    "entry is force-quit (BFCL uses 20).")] = 20,

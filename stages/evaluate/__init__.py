@@ -31,8 +31,8 @@ processes for package code on model-chosen input).
 Package code on model-chosen input runs in helper processes (multiprocessing forkserver) with a
 wall-clock timeout and an address-space cap per request; a timed-out answer scores 0. This
 protects the run, it is NOT a security boundary. Model calls are batched: many conversations per
-`backend.chat`; the sampling seed of each call derives from (seed, suite, call index), so a rerun
-with the same backend reproduces the run.
+`backend.chat`; each conversation's sampling seed derives from (seed, suite, its index), so a
+rerun with the same backend reproduces the run.
 
 This package holds Config, `check_available`, `run` and `summary_rows`, and re-exports the
 public names of its modules (`from stages import evaluate as ev; ev.run_rg(...)` works).

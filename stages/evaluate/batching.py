@@ -2,21 +2,23 @@
 
 In: a backend, Config (batch_size, sampling, seed, suite, prompts_dir) and conversations.
 Out: `Chat` returns one Completion per conversation, in order, calling `backend.chat` with at
-most `batch_size` conversations at a time; `answer_prompt` wraps a question in a prompt
+most `batch_size` conversations at a time (all at once for a streaming backend: vllm, openai); `answer_prompt` wraps a question in a prompt
 (`eval_answer` unless named); `final_answer` is what a reply answers: the content of its last
 <answer>...</answer>, else of its last \\boxed{}, stripped (None if neither), the order the
 reference code reads RG replies in (spade/core/envs/gem_adapter.py, SpadeReasoningGymEnv.step).
-Guarantees: the sampling seed of each call derives from (seed, suite, call index), so a rerun
-with the same backend reproduces the run.
+Guarantees: each conversation's sampling seed derives from (seed, suite, its index among the
+suite's conversations), so a rerun with the same backend reproduces the run, and on engines that
+seed each request (vllm, openai) whatever the batch size.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stages import prompts
-from stages.backends import Backend, Completion, Sampling
+from stages.backends import Backend, Completion, streams
 from stages.records import derive_seed
 
 if TYPE_CHECKING:
@@ -24,22 +26,24 @@ if TYPE_CHECKING:
 
 
 class Chat:
-    """Batched model calls with reproducible per-call sampling seeds."""
+    """Model calls with reproducible per-conversation sampling seeds."""
 
     def __init__(self, backend: Backend, cfg: Config):
-        self.backend, self.cfg, self.calls = backend, cfg, 0
+        self.backend, self.cfg, self.asked = backend, cfg, 0
 
     def __call__(self, conversations: list[list[dict]],
                  tools: list[list[dict] | None] | None = None) -> list[Completion]:
+        # a streaming engine takes them all at once and batches continuously: chunks would
+        # make each chunk wait for its longest reply
+        size = len(conversations) if streams(self.backend) else max(1, self.cfg.batch_size)
         out: list[Completion] = []
-        size = max(1, self.cfg.batch_size)
         for start in range(0, len(conversations), size):
-            sampling = Sampling(**{**self.cfg.sampling.__dict__,
-                                   "seed": derive_seed("eval", self.cfg.suite, self.cfg.seed,
-                                                 self.calls)})
-            self.calls += 1
-            out += self.backend.chat(conversations[start:start + size], sampling,
+            chunk = conversations[start:start + size]
+            seeds = tuple(derive_seed("eval", self.cfg.suite, self.cfg.seed, self.asked + index)
+                          for index in range(start, start + len(chunk)))
+            out += self.backend.chat(chunk, replace(self.cfg.sampling, seeds=seeds),
                                      tools[start:start + size] if tools else None)
+        self.asked += len(conversations)
         return out
 
 
