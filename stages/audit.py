@@ -7,7 +7,7 @@ record with check `audit`, the design's round, slot and attempt (so `spade desig
 redesigns it) and the auditor's reasoning, cut to one line in the message.
 Guarantees: lenient as the reference's solvability audit (env_validator.py): only an explicit
 \\boxed{no} rejects; an empty or unparseable answer accepts, with verdict "unclear". Programs
-are read, never run. One batched call per chunk.
+are read, never run. One batched call per chunk, each env's sampling seed from (seed, env id).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def run(records: Iterable[Record], backend: Backend, cfg: Config) -> Iterator[Re
         chunk = envs[first:first + cfg.chunk]
         conversations = [[{"role": "user", "content": prompts.render(
             f"audit_{env.domain}", cfg.prompts_dir, source=env.source)}] for env in chunk]
-        for env, done in zip(chunk, backend.chat(conversations, cfg.sampling)):
+        sampling = cfg.sampling.per_item(*(env.id for env in chunk))
+        for env, done in zip(chunk, backend.chat(conversations, sampling)):
             yield _judged(env, done, designs.get(env.parents[0] if env.parents else ""),
                           backend.policy)
 

@@ -2,7 +2,7 @@
 
 In: `env` records and a backend (the designer role). Out: the same env records with `hint` set
 (ids unchanged: an env is its program) and `meta.hint` holding the call's token ids and logprobs.
-Guarantees: one batched call per input chunk; a hint is plain text of at most `max_chars`
+Guarantees: one batched call per input chunk, each env's sampling seed from (seed, env id); a hint is plain text of at most `max_chars`
 characters with any code fence or leading "Hint:" label stripped, and valid text (a backend that
 returns lone surrogates gets U+FFFD); an empty hint stays None, so score-regret treats that env
 as having no hinted plays. An env whose hinted record cannot be built or written (a case spade
@@ -54,7 +54,8 @@ def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]
         return
     conversations = [[{"role": "user", "content": prompts.render(
         f"hint_{env.domain}", cfg.prompts_dir, source=env.source)}] for env in envs]
-    for env, done in zip(envs, backend.chat(conversations, cfg.sampling)):
+    sampling = cfg.sampling.per_item(*(env.id for env in envs))
+    for env, done in zip(envs, backend.chat(conversations, sampling)):
         yield isolated(f"hint: env {env.id}", lambda: _hinted(env, done, backend.policy, cfg),
                        lambda failure: _unhinted(env, failure, backend.policy))
 
