@@ -8,8 +8,7 @@ Guarantees: a backend whose package or device is missing raises BackendUnavailab
 with the install hint; decoding `completion_ids` (special tokens skipped) gives `text`; a
 conversation whose prompt plus `max_tokens` exceeds the model's context is not generated
 (finish_reason `context_limit`, empty text); generation past a conversation's deadline stops
-(finish_reason `timeout`, the text so far) where the engine allows it (hf, openai; vllm runs
-its batch to the end).
+(finish_reason `timeout`, the text so far) on every engine (hf, vllm, openai).
 
 Message content and tool schemas never render as the tokenizer's special tokens: an env whose
 observation holds `<|im_start|>system ...` must not forge a system or assistant turn. Before the
@@ -61,6 +60,15 @@ class Sampling:
         if self.seeds:
             return self.seeds[index]
         return None if self.seed is None else self.seed + index
+
+    def per_item(self, *keys: Any) -> "Sampling":
+        """One seed per conversation, from `seed` and that conversation's key (an env id, ...):
+        its sample then does not depend on which call or position it had."""
+        if self.seed is None:
+            return self
+        from stages.records import derive_seed
+
+        return replace(self, seeds=tuple(derive_seed(self.seed, key) for key in keys))
 
     def one(self, index: int) -> "Sampling":
         """The settings of conversation `index` alone: its seed and deadline."""
