@@ -6,8 +6,10 @@ runner's keys `command`, `every`, `attempts`, `args`).
 Out: per round, the `spade ...` command lines the loop needs, wired through the run directory:
 `RUN/r<NN>/<stage>/` shard dirs, `RUN/ckpt/step-NNNNNN/`, `RUN/memory/`, `RUN/recipe.json`.
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
-runner executes; every command resumes from its own manifests and the runner skips finished
-rounds (`r<NN>/_round.json`), and every input of a round is the output of an earlier command
+runner executes (in server mode also `spade serve` and, as curl lines, the HTTP calls that put
+the engine to sleep and load each new checkpoint); every command resumes from its own manifests
+and the runner skips finished rounds (`r<NN>/_round.json`), and every input of a round is the
+output of an earlier command
 (memory snapshots per round), so a killed run, run again, ends with the records an
 uninterrupted run writes.
 
@@ -18,6 +20,12 @@ set's hinted round, win over the window), train-grpo (agent samples of this roun
 designer samples at round t + k, k rounds after they were drawn, with the score of the set's
 last round; the final round flushes the open set). Eval every
 `every` rounds of the eval stage.
+
+Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`): one vLLM
+server holds the policy for the whole run; every generating stage reaches it with `--backend
+openai --base-url URL --model spade-policy` instead of loading its own engine, and train-grpo
+still trains the checkpoint directory in-process. The runner owns the server (spade_cli/run.py);
+the Loop only wires the stages' arguments.
 """
 
 from __future__ import annotations
@@ -45,6 +53,30 @@ WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
          "rollout": {"round", "model", "out", "hint"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
          "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
+# The stages that generate: in server mode they reach the run's server, so the runner sets how.
+GENERATING = ("design", "audit", "hint", "rollout", "eval")
+SERVER_WIRED = {"backend", "base-url", "api-key"}
+# [serve] key -> (whether a value fits, what fits, said in an error)
+SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "python": (lambda v: isinstance(v, str), "a string"),
+    "port": (lambda v: _int(v) and 0 <= v <= 65535, "an integer from 0 to 65535"),
+    "args": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+             "a list of strings"),
+    "sleep": (lambda v: isinstance(v, bool), "true or false"),
+    "start-timeout": (lambda v: (_int(v) or isinstance(v, float)) and v > 0,
+                      "a number of seconds above 0"),
+}
+
+
+@dataclass(frozen=True)
+class Serve:
+    """A recipe's `[serve]` table: one vLLM server for the run (see spade_cli/run.py)."""
+
+    python: str | None = None  # the interpreter that has vLLM; None: the one running spade
+    port: int = 0  # 0: a free port on 127.0.0.1
+    args: tuple[str, ...] = ()  # more vLLM server arguments
+    sleep: bool | None = None  # sleep mode around train steps; None: where a CUDA device is
+    start_timeout: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +101,7 @@ class Recipe:
     start_pool: str | None = None
     memory: bool = True  # false: the no-memory ablation (design prompts without examples)
     memory_seed: str | None = None  # env shards that fill the memory before round 0
+    serve: Serve | None = None  # server mode: one engine for the run
     raw: dict[str, Any] = field(default_factory=dict)
 
     def stage(self, command: str, hint: bool | None = None) -> Stage | None:
@@ -160,6 +193,7 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                           f"{json.dumps(raw['rounds'])}", path)
     if not isinstance(raw.get("seed", 0), int) or isinstance(raw.get("seed"), bool):
         raise RecordError(f"seed: expected an integer, got {json.dumps(raw['seed'])}", path)
+    serve = load_serve(raw["serve"], f"{path}: serve") if "serve" in raw else None
     stages = []
     for index, table in enumerate(raw.get("stage", []), 1):
         command = table.get("command")
@@ -175,6 +209,9 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                 raise RecordError(f"'{key}' is not an option of `spade {command}`", where)
             if key in WIRED[command] and not (command == "rollout" and key == "hint"):
                 raise RecordError(f"'{key}' is set by the runner for `spade {command}`", where)
+            if serve and command in GENERATING and key in SERVER_WIRED:
+                raise RecordError(f"'{key}' is set by the runner in server mode ([serve])",
+                                  where)
             problem = check_type(command, key, value)
             if problem:
                 raise RecordError(f"{key}: {problem}", where)
@@ -194,7 +231,27 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                   seed=int(raw.get("seed", 0)), model=dict(raw.get("model", {})),
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
                   memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
-                  raw=raw)
+                  serve=serve, raw=raw)
+
+
+def load_serve(table: Any, where: str) -> Serve:
+    """The `[serve]` table, checked: unknown keys and wrong types stop the run (exit 65)."""
+    if not isinstance(table, dict):
+        raise RecordError(f"expected a table, got {json.dumps(table)}", where)
+    settings = {}
+    for key, value in table.items():
+        key = key.replace("_", "-")
+        if key not in SERVE_KEYS:
+            raise RecordError(f"'{key}' is not a serve setting ({', '.join(SERVE_KEYS)})", where)
+        fits, expected = SERVE_KEYS[key]
+        if not fits(value):
+            raise RecordError(f"{key}: expected {expected}, got {json.dumps(value)}", where)
+        settings[key.replace("-", "_")] = value
+    if "python" in settings:
+        settings["python"] = os.path.expanduser(settings["python"])
+    if "args" in settings:
+        settings["args"] = tuple(settings["args"])
+    return Serve(**settings)
 
 
 def check_defaults(defaults: dict[str, Any], where: str) -> None:
@@ -210,7 +267,11 @@ def check_defaults(defaults: dict[str, Any], where: str) -> None:
 
 
 def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return _int(value) and value >= 1
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def render_option(key: str, value: Any) -> list[str]:
@@ -231,12 +292,26 @@ class Loop:
 
     def __init__(self, recipe: Recipe, call: Callable[[list[str], str], None],
                  model_after_train: Callable[[str, str], str],
-                 produced: Callable[[str, str | None], bool]):
+                 produced: Callable[[str, str | None], bool],
+                 server: list[str] | None = None):
+        """`server`: in server mode, the arguments that point a generating stage at the run's
+        server (`--backend openai --base-url URL --model NAME`), given in place of `--model`."""
         self.recipe = recipe
         self.run = recipe.run_dir
         self.call = call
         self.model_after_train = model_after_train
         self.produced = produced
+        self.server = server
+
+    def engine(self, model: str) -> list[str]:
+        """How a generating stage reaches the policy: its own engine on `model`, or the
+        run's server."""
+        return list(self.server) if self.server else ["--model", model]
+
+    def wired(self, command: str) -> set[str]:
+        if self.server and command in GENERATING:
+            return WIRED[command] | SERVER_WIRED
+        return WIRED[command]
 
     def template(self, text: str, round: int) -> str:
         return text.format(run_dir=self.run, round=round, **shipped_shards())
@@ -244,7 +319,7 @@ class Loop:
     def argv(self, stage: Stage, round: int, wired: list[str], inputs: list[str]) -> list[str]:
         known = option_names(stage.command)
         options = {k: v for k, v in self.recipe.defaults.items()
-                   if k in known and k not in WIRED[stage.command]}
+                   if k in known and k not in self.wired(stage.command)}
         if "seed" in known:
             options.setdefault("seed", self.recipe.seed)
         options.update({k: v for k, v in stage.options.items()
@@ -310,14 +385,14 @@ class Loop:
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
             self.call(self.argv(design, round, ["--round", str(round), "--every",
-                                                str(self.recipe.window), "--model", model,
+                                                str(self.recipe.window), *self.engine(model),
                                                 *self.memory_in(round), "-o", out]
                                 + retry, []), f"design {label}")
             self.call(self.argv(validate, round, ["--allow-all-rejected", "-o", checked], [out]),
                       f"validate {label}")
             audit, audited = self.recipe.stage("audit"), self.dir(round, f"audit-a{attempt}")
             if audit and self.produced(checked, "env"):
-                self.call(self.argv(audit, round, ["--designs", out, "--model", model, "-o",
+                self.call(self.argv(audit, round, ["--designs", out, *self.engine(model), "-o",
                                                    audited], [checked]), f"audit {label}")
             if not any(self.produced(self.dir(round, f"{check}-a{attempt}"), "validation")
                        for check in self.checks):
@@ -334,7 +409,8 @@ class Loop:
             return pool
         envs = [self.dir(start, "hint")]
         if first and pool:
-            self.call(self.argv(hint, round, ["--model", model, "-o", envs[0]], pool), "hint")
+            self.call(self.argv(hint, round, [*self.engine(model), "-o", envs[0]], pool),
+                      "hint")
         return envs
 
     def rollouts(self, round: int, model: str, envs: list[str], first: bool) -> None:
@@ -345,7 +421,7 @@ class Loop:
             if stage and (first or not hinted):
                 out = self.dir(round, "rollout-hint" if hinted else "rollout")
                 wired = ["--hint" if hinted else "--no-hint", "--round", str(round),
-                         "--model", model, "-o", out]
+                         *self.engine(model), "-o", out]
                 self.call(self.argv(stage, round, wired, envs),
                           f"rollout {'with' if hinted else 'without'} hint")
 
@@ -400,8 +476,9 @@ class Loop:
         if evaluate and (round % evaluate.every == evaluate.every - 1
                          or round == self.recipe.rounds - 1):
             suite = evaluate.options.get("suite", "eval")
-            self.call(self.argv(evaluate, round, ["--round", str(round), "--model", model, "-o",
-                                                  self.dir(round, f"eval-{suite}")], []), "eval")
+            self.call(self.argv(evaluate, round, ["--round", str(round), *self.engine(model),
+                                                  "-o", self.dir(round, f"eval-{suite}")], []),
+                      "eval")
 
 
 def resolved(recipe: Recipe) -> dict[str, Any]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
+import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +33,11 @@ def run(
     A recipe is checked when it is read: an unknown option or a value of the wrong type stops
     the run at once (exit 65), naming the file, the stage and the key.
 
+    With a `[serve]` table the run starts one vLLM server (`spade serve`) on 127.0.0.1 and every
+    generating stage uses it; it sleeps while train-grpo runs and loads each new checkpoint
+    without a restart. RUN/run.log has a line per engine start and per reload; RUN/serve.log
+    has the server's output.
+
     Examples:
 
         spade run recipes/quickstart.toml
@@ -48,6 +56,7 @@ def run(
 
 def print_pipeline(recipe, from_round: int) -> None:
     from spade_cli import recipe as recipes
+    from stages import serve as engine
 
     run_dir = recipe.run_dir
     model, init = recipes.model_init_commands(recipe)
@@ -58,20 +67,185 @@ def print_pipeline(recipe, from_round: int) -> None:
     if recipe.memory_seed and recipe.memory:
         print(recipes.shell_line(recipes.memory_seed_command(recipe)))
     print(f"MODEL={model}")
+    sleep = recipe.serve is not None and sleeps(recipe.serve)
+    if recipe.serve:
+        print_serve(recipe, sleep)
 
     def call(argv, label):
+        if sleep and argv[0] == "train-grpo":
+            print_control(engine.sleep_calls(), "serve: the engine sleeps while train-grpo has "
+                                                "the GPU")
         print(f"# {label}" + (" (runs while rejected slots remain)" if "attempt" in label
                               and not label.split()[2].startswith("1/") else ""))
-        print(recipes.shell_line(argv).replace("'$MODEL'", '"$MODEL"'))
+        print(shell_words(argv))
 
     def after_train(out, current):
         print(f'MODEL="$(ls -d {run_dir}/ckpt/step-* | sort | tail -n 1)"')
+        if recipe.serve:
+            print_control(engine.update_calls(WEIGHTS_PATH, sleep),
+                          "serve: the engine loads the new checkpoint")
         return "$MODEL"
 
-    loop = recipes.Loop(recipe, call, after_train, lambda path, kind: True)
+    server = server_args("$BASE_URL") if recipe.serve else None
+    loop = recipes.Loop(recipe, call, after_train, lambda path, kind: True, server)
     for index in range(from_round, recipe.rounds):
         print(f"\n# ---- round {index} ----")
         loop.round(index, "$MODEL")
+
+
+# after a failed stage, how long a dying server may take to exit and be named as the cause
+STAGE_FAILED_WAIT = 2.0
+WEIGHTS_PATH = "{weights_path}"  # the printed reload call reads it as "$(realpath "$MODEL")"
+SHELL_VARS = ("$MODEL", "$BASE_URL")
+
+
+def shell_words(argv: list[str]) -> str:
+    """A spade command line whose shell variables expand (quoted as one word each)."""
+    from spade_cli import recipe as recipes
+
+    line = recipes.shell_line(argv)
+    for var in SHELL_VARS:
+        line = line.replace(f"'{var}'", f'"{var}"')
+    return line
+
+
+def print_serve(recipe, sleep: bool) -> None:
+    """The lines that start the run's server: `spade serve` as a coprocess, whose first line
+    out is the base URL, once it answers; stopped when the script exits."""
+    print("# serve: one vLLM server for the whole run; generating stages reach it as "
+          "spade-policy")
+    argv = serve_command(recipe, "$MODEL", recipe.serve.port, sleep)
+    log = f"{shlex.quote(recipe.run_dir)}/serve.log"
+    # exec: $SERVE_PID is then `spade serve` itself, which stops the server when killed
+    print(f"coproc SERVE {{ exec {shell_words(argv)} 2>> {log}; }}")
+    print('trap "kill $SERVE_PID 2> /dev/null || true" EXIT')
+    print('read -r BASE_URL <&"${SERVE[0]}"')
+    print('SERVER="${BASE_URL%/v1}"')
+
+
+def print_control(calls: list[tuple[str, dict | None]], comment: str) -> None:
+    print(f"# {comment}")
+    for path, body in calls:
+        line = f'curl -fsS -o /dev/null -X POST "$SERVER{path}"'
+        if body is not None:
+            data = shlex.quote(json.dumps(body)).replace(WEIGHTS_PATH,
+                                                         "'\"$(realpath \"$MODEL\")\"'")
+            line += f" -H 'Content-Type: application/json' -d {data}"
+        print(line)
+
+
+def serve_command(recipe, model: str, port: int, sleep: bool) -> list[str]:
+    """`spade serve` with the recipe's `[serve]` settings: what the runner starts in-process.
+    The server's context is the recipe's default `context-length`."""
+    settings = recipe.serve
+    argv = ["serve", "-m", model, "--port", str(port),
+            "--sleep-mode" if sleep else "--no-sleep-mode",
+            "--start-timeout", f"{settings.start_timeout:g}"]
+    if settings.python:
+        argv += ["--python", settings.python]
+    if recipe.defaults.get("context-length"):
+        argv += ["--context-length", str(recipe.defaults["context-length"])]
+    return argv + (["--", *settings.args] if settings.args else [])
+
+
+def server_args(base_url: str) -> list[str]:
+    """What a generating stage is given, in server mode, in place of `--model PATH`."""
+    from stages.serve import SERVED_NAME
+
+    return ["--backend", "openai", "--base-url", base_url, "--model", SERVED_NAME]
+
+
+def sleeps(settings) -> bool:
+    """Whether the server sleeps through train steps: the recipe's `sleep`, else whether a
+    CUDA device is here (a trainer then shares it; vLLM's CPU build has no sleep mode)."""
+    from stages.serve import sleep_supported
+
+    return settings.sleep if settings.sleep is not None else sleep_supported()
+
+
+class Engine:
+    """The run's server in server mode: started before the first round that runs, with that
+    round's model; asleep while train-grpo has the GPU; given each new checkpoint after it;
+    stopped at the end. Each start, sleep and reload is a run-log line."""
+
+    def __init__(self, recipe, run_dir: Path):
+        from stages import serve
+
+        self.recipe, self.settings = recipe, recipe.serve
+        self.sleep = sleeps(self.settings)
+        self.port = self.settings.port or serve.free_port()
+        self.log = run_dir / "serve.log"
+        self.server = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, model: str) -> None:
+        from spade_cli import summary
+        from spade_cli.options import check_model
+        from stages import serve
+
+        path = check_model(model)
+        if serve.stale_head_on_reload(path):
+            summary.log_line(f"serve: warning: {model} ties its output head to the embeddings, "
+                             f"and vLLM's CPU build keeps a tied head's old weights when it "
+                             f"reloads a checkpoint: untie them, or serve on a GPU", echo=True)
+        started = time.monotonic()
+        self.server = serve.start(path, self.settings.python, "127.0.0.1", self.port,
+                                  self.recipe.defaults.get("context-length"), self.sleep,
+                                  self.settings.args, self.log, self.settings.start_timeout)
+        summary.log_line(f"serve: engine started with {model} at {self.base_url} in "
+                         f"{time.monotonic() - started:.1f}s (log {self.log})", echo=True)
+
+    def before(self, argv: list[str]) -> None:
+        """Before each stage: the server is still there; train-grpo gets the GPU."""
+        from spade_cli import summary
+
+        self.check()
+        if self.sleep and argv[0] == "train-grpo":
+            started = time.monotonic()
+            self.server.sleep()
+            summary.log_line(f"serve: engine asleep for train-grpo in "
+                             f"{time.monotonic() - started:.1f}s")
+
+    def after(self, argv: list[str]) -> None:
+        """After a stage: an eval of the served checkpoint keeps it from `--keep-last` pruning,
+        as `spade eval --model CKPT` does itself (here its --model is the served name)."""
+        from spade_cli.eval import keep_evaluated
+
+        if argv[0] == "eval" and self.server is not None:
+            options = dict(zip(argv, argv[1:]))
+            keep_evaluated(self.server.model, options.get("-o", "-"),
+                           options.get("--suite", "eval"))
+
+    def load(self, checkpoint: str) -> None:
+        from spade_cli import summary
+
+        started, woken = time.monotonic(), self.server.asleep
+        self.server.update(checkpoint)
+        summary.log_line(f"serve: engine reloaded {checkpoint}{' and woke' if woken else ''} "
+                         f"in {time.monotonic() - started:.1f}s", echo=True)
+
+    def check(self, wait: float = 0.0) -> None:
+        """BackendUnavailable (exit 69) if the server has died (or does within `wait` s)."""
+        if self.server is not None:
+            self.server.check(wait)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """The run ended or failed: stop the server if one was started."""
+        from spade_cli import summary
+
+        if self.server is not None:
+            self.server.stop()
+            summary.log_line(f"serve: engine stopped (it held {self.server.model})")
+            self.server = None
 
 
 def execute(recipe, from_round: int) -> None:
@@ -92,14 +266,28 @@ def execute(recipe, from_round: int) -> None:
     progress = Progress(f"run {recipe.name}", "rounds", recipe.rounds, periodic=False)
     current = {"round": from_round}
 
+    engine = Engine(recipe, run_dir) if recipe.serve else None  # stopped when `with` ends
+
     def call(argv: list[str], label: str) -> None:
         progress.note(f"run {recipe.name} r{current['round']:02d}: {label}")
+        if engine:
+            engine.before(argv)
         summary.log_line(f"$ {recipes.shell_line(argv)}")
         try:
             group.main(args=argv, prog_name="spade", standalone_mode=False)
         except SystemExit as exc:
             if exc.code not in (0, None):
+                if engine:  # a stage that failed because the server died says so
+                    engine.check(wait=STAGE_FAILED_WAIT)
                 raise SystemExit(exc.code) from None
+        if engine:
+            engine.after(argv)
+
+    def after_train(train_out: str, current_model: str) -> str:
+        model = checkpoint_after(train_out, current_model)
+        if engine:
+            engine.load(model)
+        return model
 
     start_model, init = recipes.model_init_commands(recipe)
     model = start_model
@@ -108,8 +296,9 @@ def execute(recipe, from_round: int) -> None:
         if marker is None:
             raise UsageError(f"--from-round {from_round}: round {index} is not finished")
         model = marker["model"]
-    loop = recipes.Loop(recipe, call, checkpoint_after, produced)
-    with progress:
+    loop = recipes.Loop(recipe, call, after_train, produced,
+                        server_args(engine.base_url) if engine else None)
+    with progress, engine or nullcontext():
         if init and not (Path(start_model) / "config.json").exists():
             for argv in init:
                 call(argv, "build the initial model")
@@ -126,6 +315,8 @@ def execute(recipe, from_round: int) -> None:
                 continue
             if marker:
                 warn_rerun(recipe.name, index, marker.get("resolved"), resolved)
+            if engine and engine.server is None:  # the first round that runs, with its model
+                engine.start(model)
             model = loop.round(index, model)
             recipes.write_json(run_dir / f"r{index:02d}" / "_round.json",
                                {"round": index, "model": model, "recipe": digest,

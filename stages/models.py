@@ -53,8 +53,11 @@ def tokenizer_corpus() -> list[str]:
 
 
 def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
-         vocab: int = 2048) -> Path:
-    """Write a random Qwen2-style causal LM (~0.2M params) with an in-memory BPE tokenizer."""
+         vocab: int = 2048, tie_embeddings: bool = True) -> Path:
+    """Write a random Qwen2-style causal LM (~0.2M params) with an in-memory BPE tokenizer.
+
+    `tie_embeddings=False` gives the output head its own weights: vLLM's CPU build (0.32)
+    keeps a tied head's old values when a server reloads weights (stages/serve.py)."""
     try:
         import torch
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -76,7 +79,7 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
     torch.manual_seed(seed)
     config = Qwen2Config(hidden_size=hidden, intermediate_size=hidden * 3,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         vocab_size=len(tokenizer), tie_word_embeddings=True,
+                         vocab_size=len(tokenizer), tie_word_embeddings=tie_embeddings,
                          max_position_embeddings=32768,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=None)

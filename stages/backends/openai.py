@@ -1,31 +1,46 @@
 """The `openai` backend: any OpenAI-compatible chat server (vllm serve, SGLang, llama.cpp).
 
 In: base URL and API key (flags, or OPENAI_BASE_URL / OPENAI_API_KEY), a model name,
-conversations, Sampling. Out: Completions with text and per-token logprobs when the server
-returns them. Token ids are NOT available through the standard API, so `prompt_ids` and
-`completion_ids` are None: records from this backend are fine for evaluation and for envs, but
-`train-grpo` needs a backend that keeps ids (hf, vllm).
-Logprobs: vLLM returns raw (pre-temperature) logprobs unless the server runs with
-`--logprobs-mode processed_logprobs`; start it that way when these records feed training.
-Guarantees: native tool calls in the reply are turned back into `<tool_call>{json}</tool_call>`
-text, so envs see the same action format from every backend; requests run concurrently; a
-server that cannot be reached raises BackendUnavailable (exit 69). Stdlib only (urllib).
-A request past its conversation's deadline is cut (finish_reason `timeout`); a server that
-refuses a prompt for its context length (prompt + max_tokens: the server counts the tokens)
-gives finish_reason `context_limit`. The server renders the chat template, so its special
-tokens are unknown here: `<|` (ChatML, Llama 3, Phi) and `<｜` (DeepSeek) get a zero-width
-space in content and tools, so env text cannot open a turn of those templates.
+conversations, Sampling. Out: Completions with text, per-token logprobs when the server returns
+them and, from vLLM (>= 0.10, asked with `return_token_ids`), token ids: the prompt as the
+server rendered it and every sampled token, the stop token included, one logprob each. Ids are
+kept only when they pair one to one with the logprobs; other servers send none, and their
+records serve evaluation and envs (`train-grpo` skips them).
+Logprobs: vLLM's are raw (before temperature) unless the server runs with `--logprobs-mode
+processed_logprobs`, as `spade serve` starts it: then they are the sampled tokens' log-
+probabilities after temperature, what the trainer recomputes (exactly so with top_p 1 and
+top_k 0; with truncation vLLM renormalises over the kept tokens); greedy requests get
+temperature-1 ones, as the trainer scores them. Decoding the ids gives the text, except where
+the server rewrote the reply: a native tool call (below), a stop string ending inside a token
+(the text ends with the stop string, the ids with that token), a reasoning parser (the thinking
+leaves `content`): run vLLM without `--reasoning-parser`.
+Guarantees: it streams (`submit`): each request runs on one of `concurrency` threads the
+backend owns (`close()` ends them), on a kept-alive HTTP connection, and its Future resolves as
+soon as its own reply is back; `chat` submits every conversation and collects. Each request
+carries its own seed. Native tool calls in a reply are turned back into `<tool_call>{json}
+</tool_call>` text, so envs see the same action format from every backend (the ids stay the
+sampled ones); a vLLM without a tool-call parser (it refuses tools with `tool_choice` auto) is
+asked with `tool_choice` none and returns the model's own call text. A server that refuses
+vLLM's extra fields is asked without them. A server that cannot be reached raises
+BackendUnavailable (exit 69). Stdlib only.
+A request past its conversation's deadline is cut (finish_reason `timeout`; closing the
+connection makes vLLM abort it); a server that refuses a prompt for its context length
+(prompt + max_tokens: the server counts the tokens) gives finish_reason `context_limit`.
+The server renders the chat template, so its special tokens are unknown here: `<|` (ChatML,
+Llama 3, Phi) and `<｜` (DeepSeek) get a zero-width space in content and tools, so env text
+cannot open a turn of those templates.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+import urllib.parse
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
                              escape_special_tokens)
@@ -33,10 +48,22 @@ from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampli
 SERVER_SPECIALS = ("<|", "<\uff5c")
 # how vLLM, SGLang, llama.cpp and OpenAI word a prompt too long for the context (HTTP 400)
 CONTEXT_REFUSAL = re.compile(r"context[ _](length|size|window)|maximum context", re.IGNORECASE)
+# What a server's refusal (HTTP 400) of a request says -> the change of every later request
+# that avoids it: a server that does not know vLLM's fields for trainable records goes without
+# them; a vLLM without a tool-call parser gets `tool_choice: "none"`, so it renders the tools
+# and returns the model's own call text (`<tool_call>...` for Qwen) as content.
+FALLBACKS = {"no_vllm_fields": re.compile(r"return_token_ids|include_stop_str_in_output"),
+             "tool_calls_as_text": re.compile(r"tool choice requires")}
+# a kept-alive connection the server closed while idle fails like this on its next request
+STALE_CONNECTION = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
-class ContextRefused(Exception):
-    """The server refused the prompt: prompt + max_tokens exceed its context."""
+class BadRequest(Exception):
+    """HTTP 400: the server refused this request (its message in `detail`)."""
+
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
 
 
 class OpenAIBackend:
@@ -48,21 +75,42 @@ class OpenAIBackend:
         self.api_key = spec.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self.model = spec.model
         self.policy = spec.options.get("policy") or f"{self.base_url}#{spec.model}"
-        self.concurrency = int(spec.options.get("concurrency", 8))
+        # requests in flight at most: the engine queues and batches them, and callers bound
+        # them (rollout's --concurrency plays, a stage's conversations). 1024 is what vLLM
+        # schedules at once on an H100-class GPU (its max_num_seqs there): never the limit.
+        self.concurrency = int(spec.options.get("concurrency", 1024))
         self.timeout = float(spec.options.get("timeout", 600))
+        url = urllib.parse.urlsplit(self.base_url)
+        self._connection_class = (http.client.HTTPSConnection if url.scheme == "https"
+                                  else http.client.HTTPConnection)
+        self._host, self._path = url.netloc, url.path
+        self._fallbacks: set[str] = set()  # FALLBACKS this server needed
+        self._threads: ThreadPoolExecutor | None = None
+        self._threads_lock = threading.Lock()
+        self._local = threading.local()  # each thread's kept-alive connection
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         tools = tools or [None] * len(conversations)
+        futures = [self.submit(messages, sampling.one(index), tool_list)
+                   for index, (messages, tool_list) in enumerate(zip(conversations, tools))]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:  # after a failure, don't send what has not started
+                future.cancel()
 
-        def one(index: int) -> Completion:
-            # a seed per request: one shared seed would give identical prompts identical samples
-            seed = None if sampling.seed is None else sampling.seed + index
-            return self._one(conversations[index], tools[index],
-                             Sampling(**{**sampling.__dict__, "seed": seed,
-                                         "deadlines": (sampling.deadline(index),)}))
+    def submit(self, messages, sampling: Sampling, tools=None) -> Future[Completion]:
+        with self._threads_lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="openai")
+            return self._threads.submit(self._one, messages, tools, sampling)
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(one, range(len(conversations))))
+    def close(self) -> None:
+        """End the request threads (requests not started are cancelled)."""
+        with self._threads_lock:
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=True, cancel_futures=True)
 
     def _one(self, messages, tools, sampling: Sampling) -> Completion:
         deadline, timeout = sampling.deadline(0), self.timeout
@@ -70,10 +118,34 @@ class OpenAIBackend:
             timeout = min(timeout, deadline - time.monotonic())
             if timeout <= 0:
                 return Completion("", finish_reason="timeout")
-        messages = escape_special_tokens(messages, SERVER_SPECIALS)
-        tools = escape_special_tokens(tools, SERVER_SPECIALS)
-        body = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "logprobs": True}
+        fallbacks = frozenset(self._fallbacks)
+        try:
+            reply = self._post("/chat/completions",
+                               self._body(messages, tools, sampling, fallbacks), timeout)
+        except BadRequest as refusal:
+            if CONTEXT_REFUSAL.search(refusal.detail):
+                return Completion("", finish_reason="context_limit")
+            fallback = next((name for name, says in FALLBACKS.items()
+                             if name not in fallbacks and says.search(refusal.detail)), None)
+            if fallback is None:
+                raise BackendUnavailable(str(refusal)) from None
+            self._fallbacks.add(fallback)  # each one once: this recursion is bounded
+            return self._one(messages, tools, sampling)
+        except TimeoutError:
+            if timeout < self.timeout:  # the deadline, not the server, ran out
+                return Completion("", finish_reason="timeout")
+            raise BackendUnavailable(f"{self.base_url}: no reply within {self.timeout:g} s "
+                                     "(the `timeout` option)") from None
+        return completion(reply)
+
+    def _body(self, messages, tools, sampling: Sampling, fallbacks: frozenset[str]) -> dict:
+        body = {"model": self.model, "messages": escape_special_tokens(messages, SERVER_SPECIALS),
+                "temperature": sampling.temperature, "top_p": sampling.top_p,
+                "max_tokens": sampling.max_tokens, "logprobs": True}
+        if "no_vllm_fields" not in fallbacks:
+            body["return_token_ids"] = True
+            if sampling.stop:  # the ids hold the stop string's tokens: so must the text
+                body["include_stop_str_in_output"] = True
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if sampling.stop:
@@ -83,56 +155,86 @@ class OpenAIBackend:
         if sampling.enable_thinking is not None:  # vLLM's and SGLang's chat-template switch
             body["chat_template_kwargs"] = {"enable_thinking": sampling.enable_thinking}
         if tools:
-            body["tools"] = tools
-        try:
-            reply = self._post("/chat/completions", body, timeout)
-        except ContextRefused:
-            return Completion("", finish_reason="context_limit")
-        except TimeoutError:
-            if timeout < self.timeout:  # the deadline, not the server, ran out
-                return Completion("", finish_reason="timeout")
-            raise BackendUnavailable(f"{self.base_url}: no reply within {self.timeout:g} s "
-                                     "(the `timeout` option)") from None
-        choice = reply["choices"][0]
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            arguments = function.get("arguments") or "{}"
-            if isinstance(arguments, str):  # some servers send an object, most a JSON string
-                try:
-                    arguments = json.loads(arguments)
-                except ValueError:
-                    pass  # malformed arguments reach the env as text, which reports the error
-            text += "<tool_call>" + json.dumps({"name": function.get("name"),
-                                                "arguments": arguments}) + "</tool_call>"
-        content = (choice.get("logprobs") or {}).get("content") or []
-        logprobs = [float(item["logprob"]) for item in content] or None
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Completion(text, None, None, logprobs, finish)
+            body["tools"] = escape_special_tokens(tools, SERVER_SPECIALS)
+            if "tool_calls_as_text" in fallbacks:
+                body["tool_choice"] = "none"
+        return body
 
     def _post(self, path: str, body: dict, timeout: float) -> dict:
-        request = urllib.request.Request(
-            self.base_url + path, data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json",
-                     "Authorization": f"Bearer {self.api_key}"})
+        where = f"{self.base_url}{path}"
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            if exc.code == 400 and CONTEXT_REFUSAL.search(detail):
-                raise ContextRefused(detail) from None
-            raise BackendUnavailable(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
+            status, data = self._exchange(self._path + path, json.dumps(body).encode(), timeout)
         except TimeoutError:
             raise
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise TimeoutError(str(exc.reason)) from None
-            raise BackendUnavailable(f"{self.base_url}{path}: cannot reach the server "
-                                     f"({exc.reason})") from None
-        except OSError as exc:
-            raise BackendUnavailable(f"{self.base_url}{path}: cannot reach the server "
-                                     f"({getattr(exc, 'reason', exc)})") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise BackendUnavailable(f"{where}: cannot reach the server "
+                                     f"({exc or type(exc).__name__})") from None
+        if status != 200:
+            detail = data.decode(errors="replace")[:300]
+            if status == 400:
+                raise BadRequest(f"{where}: HTTP 400: {detail}", detail)
+            raise BackendUnavailable(f"{where}: HTTP {status}: {detail}")
+        try:
+            return json.loads(data)
         except ValueError as exc:
-            raise BackendUnavailable(f"{self.base_url}{path}: the reply is not JSON ({exc})") from None
+            raise BackendUnavailable(f"{where}: the reply is not JSON ({exc})") from None
+
+    def _exchange(self, path: str, payload: bytes, timeout: float) -> tuple[int, bytes]:
+        """POST on this thread's kept-alive connection: (status, body). A kept-alive connection
+        the server closed while idle fails at once: the request goes again on a new one."""
+        reused = getattr(self._local, "connection", None) is not None
+        try:
+            return self._send(path, payload, timeout)
+        except STALE_CONNECTION:
+            if not reused:
+                raise
+            return self._send(path, payload, timeout)
+
+    def _send(self, path: str, payload: bytes, timeout: float) -> tuple[int, bytes]:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = self._connection_class(self._host)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"}
+        try:
+            connection.request("POST", path, payload, headers)
+            response = connection.getresponse()
+            data = response.read()
+        except BaseException:
+            self._drop_connection()  # broken, or cut at a deadline: closing makes vLLM abort it
+            raise
+        if response.will_close:
+            self._drop_connection()
+        return response.status, data
+
+    def _drop_connection(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            connection.close()
+
+
+def completion(reply: dict) -> Completion:
+    """A chat-completion reply as a Completion: tool calls back as text, ids when they pair."""
+    choice = reply["choices"][0]
+    message = choice.get("message") or {}
+    text = message.get("content") or ""
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", {})
+        arguments = function.get("arguments") or "{}"
+        if isinstance(arguments, str):  # some servers send an object, most a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # malformed arguments reach the env as text, which reports the error
+        text += "<tool_call>" + json.dumps({"name": function.get("name"),
+                                            "arguments": arguments}) + "</tool_call>"
+    content = (choice.get("logprobs") or {}).get("content") or []
+    logprobs = [float(item["logprob"]) for item in content] or None
+    prompt_ids, completion_ids = reply.get("prompt_token_ids"), choice.get("token_ids")
+    if not (prompt_ids and completion_ids and logprobs and len(completion_ids) == len(logprobs)):
+        prompt_ids = completion_ids = None  # not trainable: no ids, or ids without logprobs
+    finish = "length" if choice.get("finish_reason") == "length" else "stop"
+    return Completion(text, prompt_ids, completion_ids, logprobs, finish)

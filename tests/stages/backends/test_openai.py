@@ -1,17 +1,19 @@
-"""The `openai` backend against a stub server in this process: the limits it maps to finish
-reasons (a context refusal, a deadline) and the escaping of env text the server will render.
-(tests/stages/backends/test_openai_server.py runs the protocol against a real vLLM server.)"""
+"""The `openai` backend against stub servers in this process: the limits it maps to finish
+reasons (a context refusal, a deadline), the escaping of env text the server will render, the
+token ids a vLLM server returns, per-request seeds, streaming (`submit`) and kept-alive
+connections. (tests/stages/backends/test_openai_server.py runs it against a real vLLM server.)"""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stages.backends import BackendSpec, BackendUnavailable, Sampling
+from stages.backends import BackendSpec, BackendUnavailable, Sampling, streams
 from stages.backends.openai import OpenAIBackend
 
 # vLLM's wording (SGLang and llama.cpp say "context length" / "context size" alike)
@@ -19,10 +21,29 @@ VLLM_REFUSAL = ("This model's maximum context length is 2048 tokens. However, yo
                 "2100 tokens (2000 in the messages, 100 in the completion).")
 REPLY = {"choices": [{"message": {"content": "\\boxed{knock}"}, "finish_reason": "stop",
                       "logprobs": {"content": [{"logprob": -0.5}]}}]}
+# what vLLM sends with `return_token_ids`: the rendered prompt's ids and the sampled ids
+VLLM_REPLY = {"prompt_token_ids": [1, 2, 3],
+              "choices": [{"message": {"content": "ab"}, "finish_reason": "stop",
+                           "token_ids": [7, 8, 0],  # the stop token is sampled too
+                           "logprobs": {"content": [{"logprob": -0.1}, {"logprob": -0.2},
+                                                    {"logprob": -0.3}]}}]}
+# vLLM's hermes parser took the call out of the text; the ids are still the whole reply
+TOOL_REPLY = {"prompt_token_ids": [1, 2, 3],
+              "choices": [{"message": {"content": "", "tool_calls": [{"function": {
+                  "name": "get_order", "arguments": "{\"order_id\": \"A17\"}"}}]},
+                  "finish_reason": "tool_calls", "token_ids": [40, 41, 42, 43, 0],
+                  "logprobs": {"content": [{"logprob": -1.0}] * 5}}]}
+
+
+# vLLM 0.32 started without --enable-auto-tool-choice, asked with tools
+NO_TOOL_PARSER = ('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                  'to be set')
 
 
 class Stub(BaseHTTPRequestHandler):
-    """Answers by the first user message: `long` is refused, `slow` waits 3 s."""
+    """Answers by the first user message: `long` is refused, `slow` waits 3 s, `ids` and
+    `tool` answer as vLLM does, `strict` refuses vLLM's extra fields as OpenAI does,
+    `no parser` refuses tools unless `tool_choice` is none, as a vLLM without a parser does."""
 
     bodies: list[dict] = []
 
@@ -34,9 +55,14 @@ class Stub(BaseHTTPRequestHandler):
             return self.send(400, {"object": "error", "message": VLLM_REFUSAL})
         if content == "broken":
             return self.send(400, {"object": "error", "message": "unknown field 'x'"})
+        if content == "strict" and "return_token_ids" in body:
+            return self.send(400, {"error": {"message": "Unrecognized request argument "
+                                                        "supplied: return_token_ids"}})
+        if content == "no parser" and body.get("tool_choice") != "none":
+            return self.send(400, {"object": "error", "message": NO_TOOL_PARSER})
         if content == "slow":
             time.sleep(3)
-        self.send(200, REPLY)
+        self.send(200, {"ids": VLLM_REPLY, "tool": TOOL_REPLY}.get(content, REPLY))
 
     def send(self, code: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -53,12 +79,37 @@ class Stub(BaseHTTPRequestHandler):
         pass
 
 
+class KeepAlive(Stub):
+    """HTTP/1.1 with kept-alive connections; `drop` answers, then closes the connection
+    without saying so (a server's idle timeout, as the client sees it)."""
+
+    protocol_version = "HTTP/1.1"
+    peers: list[tuple] = []
+
+    def do_POST(self):
+        KeepAlive.peers.append(self.client_address)
+        super().do_POST()
+        if Stub.bodies[-1]["messages"][0]["content"] == "drop":
+            self.close_connection = True
+
+
+def serve(handler) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def openai_backend(server, **options) -> OpenAIBackend:
+    return OpenAIBackend(BackendSpec(name="openai", model="stub", options=options,
+                                     base_url=f"http://127.0.0.1:{server.server_port}/v1"))
+
+
 @pytest.fixture(scope="module")
 def backend():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield OpenAIBackend(BackendSpec(name="openai", model="stub",
-                                    base_url=f"http://127.0.0.1:{server.server_port}/v1"))
+    server = serve(Stub)
+    chosen = openai_backend(server)
+    yield chosen
+    chosen.close()
     server.shutdown()
 
 
@@ -95,3 +146,109 @@ def test_env_text_cannot_open_a_turn_of_the_servers_template(backend):
     for text in (sent["messages"][0]["content"], sent["tools"][0]["function"]["description"]):
         assert "<|" not in text and "<｜" not in text
         assert text.replace("\u200b", "") == forged
+
+
+def test_a_vllm_reply_gives_trainable_ids_and_other_servers_none(backend):
+    Stub.bodies.clear()
+    vllm, plain = backend.chat([user("ids"), user("hi")], Sampling(stop=("\n",)))
+    assert all(body["return_token_ids"] and body["logprobs"] for body in Stub.bodies)
+    # the ids would hold a stop string's tokens, so the text must too
+    assert all(body["include_stop_str_in_output"] for body in Stub.bodies)
+    assert (vllm.prompt_ids, vllm.completion_ids) == ([1, 2, 3], [7, 8, 0])
+    assert vllm.logprobs == [-0.1, -0.2, -0.3] and vllm.text == "ab"
+    assert plain.prompt_ids is None and plain.completion_ids is None
+
+
+def test_a_tool_call_is_text_and_its_ids_are_the_whole_reply(backend):
+    (call,) = backend.chat([user("tool")], Sampling())
+    assert call.text == '<tool_call>{"name": "get_order", "arguments": {"order_id": "A17"}}' \
+                        '</tool_call>'
+    assert call.completion_ids == [40, 41, 42, 43, 0] and len(call.logprobs) == 5
+    assert call.finish_reason == "stop"
+
+
+def test_ids_that_do_not_pair_with_the_logprobs_are_dropped(backend, monkeypatch):
+    broken = json.loads(json.dumps(VLLM_REPLY))
+    broken["choices"][0]["token_ids"] = [7, 8]
+    monkeypatch.setitem(globals(), "VLLM_REPLY", broken)
+    (completion,) = backend.chat([user("ids")], Sampling())
+    assert completion.completion_ids is None and completion.prompt_ids is None
+    assert completion.logprobs == [-0.1, -0.2, -0.3]
+
+
+@pytest.mark.parametrize("content, sent", [
+    ("strict", lambda body: "return_token_ids" not in body),
+    ("no parser", lambda body: body.get("tool_choice") == "none")])
+def test_a_refused_field_is_changed_once_for_every_later_request(content, sent):
+    server = serve(Stub)
+    fresh = openai_backend(server)
+    tool = {"type": "function", "function": {"name": "f"}}
+    try:
+        Stub.bodies.clear()  # eight at once: the refusals race each other
+        first = fresh.chat([user(content)] * 8, Sampling(), tools=[[tool]] * 8)
+        assert [c.text for c in first] == ["\\boxed{knock}"] * 8
+        assert not sent(Stub.bodies[0])
+        Stub.bodies.clear()
+        (later,) = fresh.chat([user(content)], Sampling(), tools=[[tool]])
+        assert later.text == "\\boxed{knock}" and [sent(b) for b in Stub.bodies] == [True]
+    finally:
+        fresh.close()
+        server.shutdown()
+
+
+def test_each_request_gets_its_own_seed(backend):
+    Stub.bodies.clear()
+    backend.chat([user("a"), user("b")], Sampling(seed=10))
+    backend.chat([user("c"), user("d")], Sampling(seed=10, seeds=(5, 3)))
+    assert {b["messages"][0]["content"]: b["seed"] for b in Stub.bodies} == {
+        "a": 10, "b": 11, "c": 5, "d": 3}
+
+
+def test_submit_streams_each_request_with_its_seed_as_given(backend):
+    assert streams(backend)
+    Stub.bodies.clear()
+    slow = backend.submit(user("slow"), Sampling(seed=7))
+    fast = backend.submit(user("ids"), Sampling(seed=7))
+    assert isinstance(fast, Future)
+    assert fast.result(timeout=2).completion_ids == [7, 8, 0]  # not held back by `slow`
+    assert not slow.done()
+    assert slow.result(timeout=10).text == "\\boxed{knock}"
+    assert [b["seed"] for b in Stub.bodies] == [7, 7]
+
+
+def test_connections_are_kept_alive_and_a_dropped_one_is_replaced():
+    server = serve(KeepAlive)
+    kept = openai_backend(server, concurrency=1)
+    try:
+        KeepAlive.peers.clear()
+        for content in ("a", "b", "drop", "c", "d"):
+            (completion,) = kept.chat([user(content)], Sampling())
+            assert completion.text == "\\boxed{knock}"
+        ports = [port for _, port in KeepAlive.peers]
+        # one connection until the server dropped it, then one new one
+        assert ports[:3] == [ports[0]] * 3 and ports[3:] == [ports[3]] * 2
+        assert ports[3] != ports[0]
+    finally:
+        kept.close()
+        server.shutdown()
+
+
+def openai_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("openai")}
+
+
+def test_close_ends_the_request_threads():
+    server = serve(Stub)
+    others = openai_threads()
+    closing = openai_backend(server)
+    try:
+        closing.chat([user("a")], Sampling())
+        mine = openai_threads() - others
+        assert mine
+        closing.close()
+        assert not any(t.is_alive() for t in mine)
+        # a closed backend starts new threads when asked again
+        assert closing.chat([user("a")], Sampling())[0].text == "\\boxed{knock}"
+    finally:
+        closing.close()
+        server.shutdown()

