@@ -36,11 +36,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import re
 import threading
 import time
 import urllib.parse
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
                              escape_special_tokens)
@@ -66,6 +67,60 @@ class BadRequest(Exception):
         self.detail = detail
 
 
+class RequestThreads:
+    """Up to `size` threads, started as requests need them, each running requests one after
+    another on its own kept-alive connection. Daemon threads, unlike ThreadPoolExecutor's: the
+    interpreter never waits at exit for a request still in flight, so Ctrl-C during a long
+    generation ends the process at once (the server drops the request)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.threads: list[threading.Thread] = []
+        self.idle = 0  # threads waiting for work and not yet claimed by a submit
+        self.lock = threading.Lock()
+        self.work: queue.SimpleQueue = queue.SimpleQueue()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self.work.put((future, fn, args))
+        with self.lock:
+            if self.idle:
+                self.idle -= 1
+            elif len(self.threads) < self.size:
+                thread = threading.Thread(target=self._run, daemon=True,
+                                          name=f"openai-{len(self.threads) + 1}")
+                self.threads.append(thread)
+                thread.start()
+        return future
+
+    def close(self) -> None:
+        """Cancel what has not started, and wait for the requests running to end."""
+        with self.lock:
+            threads, self.threads, self.idle = self.threads, [], 0
+        while True:
+            try:
+                item = self.work.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in threads:
+            self.work.put(None)
+        for thread in threads:
+            thread.join()
+
+    def _run(self) -> None:
+        while (item := self.work.get()) is not None:
+            future, fn, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # the caller's future carries it
+                    future.set_exception(exc)
+            with self.lock:
+                self.idle += 1
+
+
 class OpenAIBackend:
     name = "openai"
 
@@ -85,8 +140,7 @@ class OpenAIBackend:
                                   else http.client.HTTPConnection)
         self._host, self._path = url.netloc, url.path
         self._fallbacks: set[str] = set()  # FALLBACKS this server needed
-        self._threads: ThreadPoolExecutor | None = None
-        self._threads_lock = threading.Lock()
+        self._threads = RequestThreads(self.concurrency)
         self._local = threading.local()  # each thread's kept-alive connection
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
@@ -100,17 +154,11 @@ class OpenAIBackend:
                 future.cancel()
 
     def submit(self, messages, sampling: Sampling, tools=None) -> Future[Completion]:
-        with self._threads_lock:
-            if self._threads is None:
-                self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="openai")
-            return self._threads.submit(self._one, messages, tools, sampling)
+        return self._threads.submit(self._one, messages, tools, sampling)
 
     def close(self) -> None:
         """End the request threads (requests not started are cancelled)."""
-        with self._threads_lock:
-            threads, self._threads = self._threads, None
-        if threads is not None:
-            threads.shutdown(wait=True, cancel_futures=True)
+        self._threads.close()
 
     def _one(self, messages, tools, sampling: Sampling) -> Completion:
         deadline, timeout = sampling.deadline(0), self.timeout

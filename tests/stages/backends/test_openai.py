@@ -252,3 +252,36 @@ def test_close_ends_the_request_threads():
     finally:
         closing.close()
         server.shutdown()
+
+
+class Hanging(Stub):
+    """Never answers within the test (a long generation)."""
+
+    def do_POST(self):
+        time.sleep(60)
+
+
+def test_a_request_in_flight_does_not_hold_up_the_exit():
+    """Ctrl-C (or any exit) during a long generation ends the process at once: the request
+    threads are daemons, not ThreadPoolExecutor workers that the exit waits for."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    server = serve(Hanging)
+    script = f"""
+import sys, time
+from stages.backends import BackendSpec, Sampling
+from stages.backends.openai import OpenAIBackend
+backend = OpenAIBackend(BackendSpec(name="openai", model="m", options={{"timeout": 120}},
+                                    base_url="http://127.0.0.1:{server.server_port}/v1"))
+backend.submit([{{"role": "user", "content": "hi"}}], Sampling())
+time.sleep(0.5)
+sys.exit(3)
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], timeout=20,
+                              cwd=Path(__file__).resolve().parents[3])
+        assert done.returncode == 3
+    finally:
+        server.shutdown()
