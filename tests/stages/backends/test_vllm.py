@@ -1,0 +1,93 @@
+"""The `vllm` backend's engine thread when vLLM itself misbehaves (no vLLM needed).
+
+A stand-in `vllm` module gives the backend an engine that samples one token per step and can be
+told to fail; the real engine is exercised in test_vllm_cpu.py. What a user relies on: an engine
+that dies fails every pending and later request with BackendUnavailable (exit 69) instead of
+leaving a rollout waiting forever, and a request vLLM refuses fails alone.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from stages.backends import BackendSpec, BackendUnavailable, Sampling
+
+MESSAGES = [{"role": "user", "content": "Observation: the door is locked."}]
+TOKEN = 7  # any id the tiny tokenizer decodes
+
+
+class FakeEngine:
+    """One token per running request per step; `failure` makes the next step raise it."""
+
+    def __init__(self):
+        self.model_config = SimpleNamespace(max_model_len=1024)
+        self.live: dict[str, list] = {}
+        self.failure: Exception | None = None
+
+    def add_request(self, request_id, prompt, params):
+        if params.max_tokens > 500:
+            raise ValueError("refused by the engine")
+        self.live[request_id] = [params, 0]
+
+    def step(self):
+        if self.failure is not None:
+            raise self.failure
+        outputs = []
+        for request_id, state in list(self.live.items()):
+            state[1] += 1
+            finished = state[1] >= state[0].max_tokens
+            if finished:
+                del self.live[request_id]
+            sample = SimpleNamespace(token_ids=[TOKEN],
+                                     logprobs=[{TOKEN: SimpleNamespace(logprob=-1.0)}],
+                                     finish_reason="length" if finished else None)
+            outputs.append(SimpleNamespace(request_id=request_id, finished=finished,
+                                           outputs=[sample]))
+        return outputs
+
+    def abort_request(self, request_ids):
+        for request_id in request_ids:
+            self.live.pop(request_id, None)
+
+    def has_unfinished_requests(self):
+        return bool(self.live)
+
+
+@pytest.fixture
+def backend(monkeypatch, tiny_model):
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **_: SimpleNamespace(llm_engine=FakeEngine())
+    fake.SamplingParams = lambda **kwargs: SimpleNamespace(**kwargs)
+    fake.sampling_params = types.ModuleType("vllm.sampling_params")
+    fake.sampling_params.RequestOutputKind = SimpleNamespace(DELTA="delta")
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", fake.sampling_params)
+    from stages.backends.vllm import VLLMBackend
+
+    chosen = VLLMBackend(BackendSpec(name="vllm", model=tiny_model))
+    yield chosen
+    chosen.close()
+
+
+def test_an_engine_failure_fails_pending_and_later_requests(backend):
+    done = backend.submit(MESSAGES, Sampling(max_tokens=3, seed=0)).result(timeout=30)
+    assert done.completion_ids == [TOKEN] * 3 and done.logprobs == [-1.0] * 3
+    backend.llm.llm_engine.failure = RuntimeError("device lost")
+    pending = backend.submit(MESSAGES, Sampling(max_tokens=400, seed=1))
+    with pytest.raises(BackendUnavailable, match="device lost"):
+        pending.result(timeout=30)
+    later = backend.submit(MESSAGES, Sampling(max_tokens=3, seed=2))
+    assert later.done()
+    with pytest.raises(BackendUnavailable, match="device lost"):
+        later.result()
+
+
+def test_a_request_the_engine_refuses_fails_alone(backend):
+    refused, fine = (backend.submit(MESSAGES, Sampling(max_tokens=n, seed=0)) for n in (600, 2))
+    with pytest.raises(ValueError, match="refused by the engine"):
+        refused.result(timeout=30)
+    assert fine.result(timeout=30).completion_ids == [TOKEN] * 2
