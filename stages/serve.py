@@ -202,12 +202,12 @@ def update_calls(weights_path: str, asleep: bool) -> list[tuple[str, dict | None
 def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 0,
           context_length: int | None = None, sleep_mode: bool = False,
           args: tuple[str, ...] | list[str] = (), log: Path | None = None,
-          timeout: float = START_TIMEOUT) -> Server:
+          timeout: float = START_TIMEOUT, env: dict[str, str] | None = None) -> Server:
     """Start the server and wait until it serves `SERVED_NAME`; `log` (appended) takes its
-    output, else it goes to our stderr."""
+    output, else it goes to our stderr; `env`: more environment variables for the server."""
     port = port or free_port(host)
     argv = command(model, python, host, port, context_length, sleep_mode, args)
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
+    env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
     if python and os.path.realpath(python) != os.path.realpath(sys.executable):
         for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # ours would mix two installs

