@@ -1,6 +1,10 @@
 # spade: domain=game skill=planning
 """Cyclic Tower of Hanoi: stack every disk on the goal peg, moving one top disk at a time,
-never onto a smaller disk, and only clockwise around the ring of pegs (A to B, B to C, C to A)."""
+never onto a smaller disk, and only clockwise around the ring of pegs (A to B, B to C, C to A).
+
+An illegal move ends the episode unwon: with only three possible moves and 81 arrangements, a
+forgiving board lets any memorised move list wander onto the goal (about one game in eight),
+while a plan for another start breaks a rule within a few moves."""
 
 import collections
 import random
@@ -86,7 +90,8 @@ class CyclicHanoiEnv:
             f"{self.n_disks}, sit on three pegs A, B and C. Goal: all disks stacked on peg "
             f"{PEGS[self.goal_peg].upper()}.\n"
             "Rules: move one top disk per turn; never put a disk on a smaller one; and disks may "
-            "only travel clockwise: A to B, B to C, or C to A (never backwards).\n"
+            "only travel clockwise: A to B, B to C, or C to A (never backwards). An illegal "
+            "move ends the game.\n"
             "Command: \\boxed{move A B} moves the top disk of A onto B. "
             f"At most {self.max_turns} turns.\n" + self._status()
         )
@@ -112,6 +117,10 @@ class CyclicHanoiEnv:
             text += " Out of turns: the episode is over."
         return text, float(reward), bool(terminated), bool(truncated), self._info()
 
+    def _illegal(self, why):
+        return self._result(f"Illegal move: {why} The game is over. " + self._status(),
+                            terminated=True)
+
     def step(self, action):
         if self.finished or self.truncated:
             return ("The episode is over; call reset() to play again.", 0.0, self.finished,
@@ -129,15 +138,14 @@ class CyclicHanoiEnv:
         src, dst = PEGS.index(words[0]), PEGS.index(words[1])
         stacks = self._stacks(self.state)
         if dst != CLOCKWISE[src]:
-            return self._result(f"Illegal: disks only move clockwise, so from "
-                                f"{PEGS[src].upper()} they can only go to "
-                                f"{PEGS[CLOCKWISE[src]].upper()}. " + self._status())
+            return self._illegal(f"disks only move clockwise, so from {PEGS[src].upper()} they "
+                                 f"can only go to {PEGS[CLOCKWISE[src]].upper()}.")
         if not stacks[src]:
-            return self._result(f"Peg {PEGS[src].upper()} is empty. " + self._status())
+            return self._illegal(f"peg {PEGS[src].upper()} is empty.")
         disk = stacks[src][-1]
         if stacks[dst] and stacks[dst][-1] < disk:
-            return self._result(f"Illegal: disk {disk + 1} cannot go on the smaller disk "
-                                f"{stacks[dst][-1] + 1}. " + self._status())
+            return self._illegal(f"disk {disk + 1} cannot go on the smaller disk "
+                                 f"{stacks[dst][-1] + 1}.")
         self.state[disk] = dst
         note = f"Moved disk {disk + 1} from {PEGS[src].upper()} to {PEGS[dst].upper()}."
         if all(p == self.goal_peg for p in self.state):
