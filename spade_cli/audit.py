@@ -8,8 +8,8 @@ import typer
 
 from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, Inputs, MaxTokens, Model,
-                               Out, Overwrite, PromptsDir, Seed, Temperature, TopK, TopP,
-                               backend_spec)
+                               Out, Overwrite, PolicyName, PromptsDir, Seed, Temperature, TopK,
+                               TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,7 @@ def audit(
                              "so `spade design --retry` redesigns it.")] = None,
     backend: BackendName = "hf",
     model: Model = ...,
+    policy: PolicyName = None,
     temperature: Temperature = 0.3,
     top_p: TopP = JUDGE_TOP_P,
     top_k: TopK = JUDGE_TOP_K,
@@ -57,7 +58,7 @@ def audit(
     from stages.shards import Stats, find_shards, read, run_stage
 
     with errors_to_exit("audit"):
-        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
             enable_thinking=enable_thinking))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, ContextLength,
-                               Device, EnableThinking, MaxTokens, Model, Out, Overwrite,
+                               Device, EnableThinking, MaxTokens, Model, Out, Overwrite, PolicyName,
                                PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
 
 
@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
 def design(
     backend: BackendName = "hf",
     model: Model = ...,
+    policy: PolicyName = None,
     out: Out = "-",
     domain: Annotated[str, typer.Option(help="game or tool_use.")] = "game",
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Envs to design.")] = 24,
@@ -93,7 +94,7 @@ def design(
                              f"{len(skills or SKILLS[domain])} skills to rotate over")
         if no_corpus and corpus:
             raise UsageError("--no-corpus and --corpus exclude each other")
-        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
         cfg = stage.Config(domain=domain, batch=batch, round=round, active_skills=active_skills,
                            every=every, difficulty=difficulty, seed=seed, max_attempts=max_attempts,
                            prompts_dir=prompts, skills=skills, sampling=Sampling(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, ContextLength, Device,
-                               Out, Overwrite, PromptsDir, Round, Seed, backend_spec)
+                               Out, Overwrite, PolicyName, PromptsDir, Round, Seed, backend_spec)
 
 SUITES = ("rg-hard", "rg-quick", "aime", "gpqa", "lcb", "bfcl-mt", "envs", "file")
 DATA_SUITES = ("aime", "gpqa", "lcb", "file")
@@ -59,6 +59,7 @@ def eval_command(
         "--model", "-m", metavar="PATH",
         help="Model directory (hf, vllm; a cached hub id `org/name` also works) or the "
              "server's model name (openai). Required, except with --compare.")] = "",
+    policy: PolicyName = None,
     temperature: Annotated[float | None, typer.Option(
         help="Sampling temperature (0 = greedy)" + PROTOCOL + ".")] = None,
     top_p: Annotated[float | None, typer.Option(
@@ -113,7 +114,7 @@ def eval_command(
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         if not model:
             raise UsageError("--model is required")
-        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
 
         from dataclasses import replace
 

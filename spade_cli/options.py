@@ -35,6 +35,11 @@ Model = Annotated[str, typer.Option(
          "model name (openai).")]
 BaseUrl = Annotated[str | None, typer.Option(
     "--base-url", metavar="URL", help="openai backend: server URL (default $OPENAI_BASE_URL).")]
+PolicyName = Annotated[str | None, typer.Option(
+    "--policy", metavar="NAME",
+    help="What records name as the policy that made them (default: the model directory, or "
+         "the server URL and model name). In server mode the runner passes the checkpoint the "
+         "server holds.")]
 ApiKey = Annotated[str | None, typer.Option(
     "--api-key", metavar="KEY", help="openai backend: API key (default $OPENAI_API_KEY).")]
 Device = Annotated[str | None, typer.Option(
@@ -75,7 +80,8 @@ HUB_PROBE_SECONDS = 3.0  # how long `check_model` waits to learn whether the hub
 
 
 def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | None,
-                 device: str | None, context_length: int | None = None):
+                 device: str | None, context_length: int | None = None,
+                 policy: str | None = None):
     from spade_cli.errors import UsageError
     from stages.backends import BackendSpec
 
@@ -85,10 +91,10 @@ def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | 
         raise UsageError("--model is required")
     if backend == "openai":  # the server knows its models
         return BackendSpec(name=backend, model=model, base_url=base_url, api_key=api_key,
-                           device=device)
+                           device=device, options={"policy": policy} if policy else {})
     path = check_model(model)
     # a hub id found in the cache loads from there; records still name the hub id
-    options = {"policy": model} if path != model else {}
+    options = {"policy": policy or model} if policy or path != model else {}
     if context_length:  # vllm sizes its engine by it; hf refuses prompts that would pass it
         options["max_model_len" if backend == "vllm" else "context_length"] = context_length
     return BackendSpec(name=backend, model=path, base_url=base_url, api_key=api_key,

@@ -55,7 +55,7 @@ WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
          "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
 # The stages that generate: in server mode they reach the run's server, so the runner sets how.
 GENERATING = ("design", "audit", "hint", "rollout", "eval")
-SERVER_WIRED = {"backend", "base-url", "api-key"}
+SERVER_WIRED = {"backend", "base-url", "api-key", "policy"}
 # [serve] key -> (whether a value fits, what fits, said in an error)
 SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "python": (lambda v: isinstance(v, str), "a string"),
@@ -305,8 +305,8 @@ class Loop:
 
     def engine(self, model: str) -> list[str]:
         """How a generating stage reaches the policy: its own engine on `model`, or the
-        run's server."""
-        return list(self.server) if self.server else ["--model", model]
+        run's server, which then holds `model` (so records name it as their policy)."""
+        return [*self.server, "--policy", model] if self.server else ["--model", model]
 
     def wired(self, command: str) -> set[str]:
         if self.server and command in GENERATING:

@@ -8,8 +8,8 @@ import typer
 
 from spade_cli.options import (TOP_K, TOP_P, Address, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, ExecutorName, Inputs,
-                               MaxTokens, Model, Out, Overwrite, PromptsDir, Round, Seed,
-                               Temperature, TopK, TopP, backend_spec)
+                               MaxTokens, Model, Out, Overwrite, PolicyName, PromptsDir, Round,
+                               Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +44,7 @@ def rollout(
     round: Round = 0,
     backend: BackendName = "hf",
     model: Model = ...,
+    policy: PolicyName = None,
     temperature: Temperature = 0.6,
     top_p: TopP = TOP_P,
     top_k: TopK = TOP_K,
@@ -89,7 +90,7 @@ def rollout(
     with errors_to_exit("rollout"):
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
-        spec = backend_spec(backend, model, base_url, api_key, device, context_length)
+        spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
         cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, barrier=barrier,
                            max_turns=max_turns,
                            round=round, seed=seed, episode_timeout=episode_timeout,

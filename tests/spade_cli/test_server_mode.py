@@ -75,7 +75,8 @@ def test_dry_run_prints_the_server_its_sleeps_and_its_reloads(tmp_path, monkeypa
     assert len(generating) == 6  # 2 design attempts, hint, 2 rollouts; 1 rollout in round 1
     for line in generating:  # the server, not an engine of their own
         assert '--backend openai --base-url "$BASE_URL" --model spade-policy' in line
-        assert "--backend hf" not in line and "$MODEL" not in line
+        assert "--backend hf" not in line and '--model "$MODEL"' not in line
+        assert '--policy "$MODEL"' in line  # records name the checkpoint the server holds
     trains = [i for i, line in enumerate(lines) if line.startswith("spade train-grpo")]
     assert len(trains) == 2
     for i in trains:
@@ -292,7 +293,11 @@ def test_a_three_round_run_starts_one_engine_and_reloads_after_each_train_step(
     plays = [json.loads(line) for shard in sorted(run.glob("r0*/rollout/rollout-*.jsonl"))
              for line in shard.read_text().splitlines()]
     assert len(plays) == 3 * 3 * 4
-    assert all(play["policy"].endswith("#spade-policy") for play in plays)
+    # each play names the checkpoint the server held: the initial model, then each new step
+    policies = [{play["policy"] for play in plays if play["round"] == r} for r in range(3)]
+    assert policies[0] == {"model"}
+    assert all(len(p) == 1 and "ckpt/step-" in next(iter(p)) for p in policies[1:])
+    assert policies[1] != policies[2]
     assert all(turn["completion_ids"] and turn["prompt_ids"] and turn["logprobs"]
                for play in plays for turn in play["turns"])
     assert len(list((run / "ckpt").glob("step-*"))) == 3

@@ -47,7 +47,8 @@ def run_chain(root, model):
         "rollout-hint": invoke("rollout", root / "envs", "--hint", "-n", 2, "--max-turns", 2,
                                "--max-tokens", 8, "--model", model, "-o", root / "plays-hint"),
         "rollout": invoke("rollout", root / "envs", "--no-hint", "-n", 2, "--max-turns", 2,
-                          "--max-tokens", 8, "--model", model, "-o", root / "plays"),
+                          "--max-tokens", 8, "--model", model, "--policy", "served/step-7",
+                          "-o", root / "plays"),
         "score": invoke("score-regret", root / "envs", root / "checked", root / "plays-hint",
                         root / "plays", "--reject-penalty", 0, "-o", root / "regrets.jsonl"),
         "train": invoke("train-grpo", root / "plays", root / "regrets.jsonl", root / "designs",
@@ -94,6 +95,14 @@ def test_hint_keeps_env_ids_and_rollouts_point_to_them(chain):
     assert len(plays) == 4 and all(p["hint"] for p in plays)
     assert {p["env_id"] for p in plays} == {e["id"] for e in envs}
     assert all(len(p["turns"]) <= 2 for p in plays)
+
+
+def test_records_name_their_policy_the_model_unless_told(chain):
+    root, _ = chain
+    hinted = lines((root / "plays-hint" / "rollout-00000.jsonl").read_text())
+    assert {p["policy"] for p in hinted} == {str(root / "tiny")}
+    named = lines((root / "plays" / "rollout-00000.jsonl").read_text())
+    assert {p["policy"] for p in named} == {"served/step-7"}  # what a server-mode run passes
 
 
 def test_score_and_train_outputs(chain):
