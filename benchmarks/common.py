@@ -1,10 +1,12 @@
-"""What every benchmark script shares: ratios, plain tables, and the PASS/MISS ending."""
+"""What every benchmark script shares: ratios, plain tables, the PASS/MISS ending, and exit 69
+(one line, no traceback) when a jail or a model backend is unavailable here."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 EX_UNAVAILABLE = 69
 
@@ -44,3 +46,18 @@ def finish(results: dict[str, Any], verdicts: list[tuple[str, bool, str]],
         Path(json_path).write_text(json.dumps(results, indent=2, default=str) + "\n")
         print(f"wrote {json_path}")
     return 0
+
+
+def exit_69_when_unavailable(script: str, body: Callable[[], int]) -> int:
+    """`body()`'s exit code; EX_UNAVAILABLE with a one-line message when it finds no usable
+    jail or model backend on this machine."""
+    from sandbox.jail import SandboxUnavailable
+    from stages.backends import BackendUnavailable
+
+    try:
+        return body()
+    except SandboxUnavailable as exc:
+        print(f"{script}: sandbox unavailable: {exc}", file=sys.stderr)
+    except BackendUnavailable as exc:
+        print(f"{script}: backend unavailable: {exc}", file=sys.stderr)
+    return EX_UNAVAILABLE

@@ -44,8 +44,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
-from sandbox.jail import SandboxUnavailable, locate_nsjail  # noqa: E402
+from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
+from sandbox.jail import Worker  # noqa: E402
 from stages.backends import BackendUnavailable  # noqa: E402
 
 OUTLIER_CHARS = 20_000
@@ -142,7 +142,8 @@ def smollm2_model(given: str | None, scratch: str) -> str | None:
 def measure(smollm2: str | None) -> dict[str, Any]:
     from stages import models
 
-    locate_nsjail()
+    with Worker():  # a jail starts here (else exit 69), before any child needs one
+        pass
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="spade-bench-") as scratch:
         tiny = str(models.tiny(Path(scratch) / "tiny"))
@@ -192,15 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smollm2", metavar="DIR", help="a model from `spade model smollm2`")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     args = parser.parse_args(argv)
-    try:
+
+    def run() -> int:
         results = measure(args.smollm2)
-    except SandboxUnavailable as exc:
-        print(f"benchmarks/memory.py: sandbox unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    except BackendUnavailable as exc:
-        print(f"benchmarks/memory.py: backend unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    return finish(results, verdicts(results), args.json)
+        return finish(results, verdicts(results), args.json)
+
+    return exit_69_when_unavailable("benchmarks/memory.py", run)
 
 
 if __name__ == "__main__":

@@ -63,8 +63,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
-from sandbox.jail import SandboxUnavailable  # noqa: E402
+from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
 from sandbox.pool import WorkerPool  # noqa: E402
 from stages import rollout, serve, shards  # noqa: E402
 from stages.backends import BackendSpec, BackendUnavailable, Sampling  # noqa: E402
@@ -266,22 +265,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plays, repeats = (1, 1) if args.quick else (1, 4)
     print(header(plays, repeats), flush=True)
-    try:
-        if args.base_url:
-            results = measure(args.base_url.rstrip("/"), args.model, plays, repeats)
-        else:
-            with tempfile.TemporaryDirectory(prefix="spade-bench-openai-") as scratch:
-                from stages.models import tiny
 
-                model_dir = tiny(Path(scratch) / "model", hidden=128)  # vLLM CPU: head_dim 32
-                with vllm_cpu_server(model_dir, Path(scratch) / "server.log") as base_url:
-                    results = measure(base_url, MODEL, plays, repeats)
-    except SandboxUnavailable as exc:
-        print(f"benchmarks/openai_server.py: sandbox unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    except BackendUnavailable as exc:
-        print(f"benchmarks/openai_server.py: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
+    def run() -> int:
+        if args.base_url:
+            return report(measure(args.base_url.rstrip("/"), args.model, plays, repeats),
+                          args.json)
+        with tempfile.TemporaryDirectory(prefix="spade-bench-openai-") as scratch:
+            from stages.models import tiny
+
+            model_dir = tiny(Path(scratch) / "model", hidden=128)  # vLLM CPU: head_dim 32
+            with vllm_cpu_server(model_dir, Path(scratch) / "server.log") as base_url:
+                results = measure(base_url, MODEL, plays, repeats)
+        return report(results, args.json)
+
+    return exit_69_when_unavailable("benchmarks/openai_server.py", run)
+
+
+def report(results: dict[str, Any], json_path: str | None) -> int:
     ways = results["ways"]
     base = ways["raw http.client"]["tokens_per_s"]
     rows = [[name, r["requests"], r["tokens"], r["seconds"], r["tokens_per_s"],
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     paired = ", ".join(f"{x:.2f}" for x in results["rollout_over_raw_passes"])
     print(f"rollout / raw http.client tokens/s per repeat: {paired} (median {share:.2f})\n")
     finish(results, [(f"rollout through the openai backend >= {TARGET:g} of raw tokens/s",
-                      share >= TARGET, f"{share:.2f}x")], args.json)
+                      share >= TARGET, f"{share:.2f}x")], json_path)
     print(f"openai/raw tokens/s: {share:.2f}x")
     return 0
 

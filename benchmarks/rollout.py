@@ -72,9 +72,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
-from sandbox.jail import (SandboxUnavailable, cgroup_controllers, locate_nsjail,  # noqa: E402
-                          locate_python)
+from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
+from sandbox.jail import cgroup_controllers, locate_nsjail, locate_python  # noqa: E402
 from sandbox.pool import WorkerPool  # noqa: E402
 from stages import prompts, rollout, shards  # noqa: E402
 from stages.backends import BackendUnavailable, Sampling  # noqa: E402
@@ -471,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    try:
+
+    def run() -> int:
         facts = machine_facts()
         print(header(facts), flush=True)
         if args.barrier:
@@ -484,13 +484,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"barrier-free/barrier: {barrier['ratio']:.2f}x")
             return 0
         results = measure(args.quick, facts)
-    except SandboxUnavailable as exc:
-        print(f"benchmarks/rollout.py: sandbox unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    except BackendUnavailable as exc:
-        print(f"benchmarks/rollout.py: backend unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    return finish(results, verdicts(results), args.json)
+        return finish(results, verdicts(results), args.json)
+
+    return exit_69_when_unavailable("benchmarks/rollout.py", run)
 
 
 if __name__ == "__main__":

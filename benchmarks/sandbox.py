@@ -47,7 +47,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
+from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
 from sandbox.jail import (PYTHON_FLAGS, Limits, Sandbox, SandboxUnavailable,  # noqa: E402
                           Worker, cgroup_controllers, locate_nsjail, locate_python, nsjail_argv,
                           staged_worker_dir)
@@ -351,14 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    try:
+
+    def run() -> int:
         facts = machine_facts()
         print(header(facts), flush=True)
         results = measure(args.quick, facts)
-    except SandboxUnavailable as exc:
-        print(f"benchmarks/sandbox.py: sandbox unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    return finish(results, verdicts(results), args.json)
+        return finish(results, verdicts(results), args.json)
+
+    return exit_69_when_unavailable("benchmarks/sandbox.py", run)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
-from benchmarks.common import EX_UNAVAILABLE, finish, ratio, table  # noqa: E402
+from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
 from stages.backends import BackendUnavailable  # noqa: E402
 
 TARGET_RATIO = 0.9
@@ -503,14 +503,14 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
     except ImportError:
         device = args.device or "cpu"
-    try:
+
+    def run() -> int:
         facts = machine_facts(device)
         print(header(facts), flush=True)
         results = measure(args, facts)
-    except BackendUnavailable as exc:
-        print(f"benchmarks/train.py: backend unavailable: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
-    return finish(results, verdicts(results), args.json)
+        return finish(results, verdicts(results), args.json)
+
+    return exit_69_when_unavailable("benchmarks/train.py", run)
 
 
 if __name__ == "__main__":
