@@ -35,7 +35,6 @@ broken ("FALSE AT RESET / NOT FREE").
 from __future__ import annotations
 
 import ast
-import math
 import re
 import sys
 import threading
@@ -279,8 +278,7 @@ class Probe:
 
     def reset(self, seed: int) -> list:
         reply = self.call("reset", seed=seed)
-        if reply.shape != ["tuple", 2] or not isinstance(reply.result[0], str) \
-                or not isinstance(reply.result[1], dict):
+        if reply.shape != ["tuple", 2]:  # its types, (str, dict), are checked for every reply
             raise ContractError(self.check, f"reset(seed={seed}) must return (str, dict), got "
                                 f"{describe(reply)}")
         if not reply.result[0].strip():
@@ -305,21 +303,13 @@ def short(action: str) -> str:
 
 
 def step_problem(reply: Reply, reward_bound: float = REWARD_BOUND) -> str | None:
+    """What the contract asks of a step beyond the types every reply has (sandbox/replies.py):
+    a tuple, and a reward within the bound."""
     if reply.shape != ["tuple", 5]:
         return f"must return a 5-tuple (obs, reward, terminated, truncated, info), got {describe(reply)}"
-    obs, reward, terminated, truncated, info = reply.result
-    if not isinstance(obs, str):
-        return f"observation must be str, got {type(obs).__name__}"
-    if isinstance(reward, dict) and "__float__" in reward:
-        return f"reward is {reward['__float__']}"
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        return f"reward must be a number, got {type(reward).__name__}"
-    if not math.isfinite(reward) or not -reward_bound <= reward <= reward_bound:
+    reward = reply.result[1]
+    if not -reward_bound <= reward <= reward_bound:
         return f"reward {reward} is outside [-{reward_bound:g}, {reward_bound:g}]"
-    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-        return "terminated and truncated must be bools"
-    if not isinstance(info, dict):
-        return f"info must be a dict, got {type(info).__name__}"
     return None
 
 
