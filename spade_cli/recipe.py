@@ -21,11 +21,11 @@ designer samples at round t + k, k rounds after they were drawn, with the score 
 last round; the final round flushes the open set). Eval every
 `every` rounds of the eval stage.
 
-Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`): one vLLM
-server holds the policy for the whole run; every generating stage reaches it with `--backend
-openai --base-url URL --model spade-policy` instead of loading its own engine, and train-grpo
-still trains the checkpoint directory in-process. The runner owns the server (spade_cli/run.py);
-the Loop only wires the stages' arguments.
+Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`,
+`restarts`): one vLLM server holds the policy for the whole run; every generating stage reaches
+it with `--backend openai --base-url URL --model spade-policy --policy CKPT` instead of loading
+its own engine, and train-grpo still trains the checkpoint directory in-process. The runner
+owns the server (spade_cli/run.py); the Loop only wires the stages' arguments.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sleep": (lambda v: isinstance(v, bool), "true or false"),
     "start-timeout": (lambda v: (_int(v) or isinstance(v, float)) and v > 0,
                       "a number of seconds above 0"),
+    "restarts": (lambda v: _int(v) and v >= 0, "an integer from 0 up"),
 }
 
 
@@ -77,6 +78,7 @@ class Serve:
     args: tuple[str, ...] = ()  # more vLLM server arguments
     sleep: bool | None = None  # sleep mode around train steps; None: where a CUDA device is
     start_timeout: float = 600.0
+    restarts: int = 2  # a server that dies is started again this often per stage, then exit 69
 
 
 @dataclass(frozen=True)
@@ -485,6 +487,22 @@ def resolved(recipe: Recipe) -> dict[str, Any]:
     """The recipe as JSON (TOML has no null), with the run's effective settings."""
     return {**recipe.raw, "rounds": recipe.rounds, "window": recipe.window,
             "resolved_from": str(Path(recipe.path).resolve())}
+
+
+# [serve] settings that change how a run is served, not what it computes
+SERVE_OPERATIONAL = ("python", "port", "sleep", "start-timeout", "restarts")
+
+
+def digest(resolved: dict[str, Any]) -> str:
+    """What a finished round's marker pins: the resolved recipe, less where it was read from and
+    the operational [serve] settings (more restarts after a crash never redo finished rounds)."""
+    from stages.records import content_hash
+
+    pinned = resolved | {"resolved_from": None}
+    if isinstance(pinned.get("serve"), dict):
+        pinned["serve"] = {key: value for key, value in pinned["serve"].items()
+                           if key.replace("_", "-") not in SERVE_OPERATIONAL}
+    return content_hash(pinned)
 
 
 def changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:

