@@ -105,6 +105,8 @@ def call(number, args):
         arg if isinstance(arg, bytes) else ctypes.c_long(arg) for arg in args])
     if result == 0 and number == 56:  # a clone that went through: this is its child
         os._exit(0)
+    if result > 0 and number == 56:  # its parent: reap the child now; after PTRACE_TRACEME its
+        os.waitpid(result, 0)        # SIGCHLD would stop this traced worker, with no tracer
     return -ctypes.get_errno() if result == -1 else result
 
 
