@@ -253,9 +253,11 @@ def section_rollout(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     if len(samples) == 2:
         free, batched = samples.values()
         result["same_samples"] = sum(x == y for x, y in zip(free, batched))
-    close = getattr(backend, "close", None)
-    if close:
-        close()
+    backend.close()
+    if a.backend == "vllm":  # a run without [serve] loads an engine per stage, in one process
+        started = time.perf_counter()
+        load_backend(spec).close()  # fails for want of GPU memory if close() freed none
+        result["second_load_seconds"] = time.perf_counter() - started
     return result
 
 
@@ -432,6 +434,9 @@ def rows_for(results: dict[str, Any], a: argparse.Namespace) -> list[list[str]]:
             rows.append([section, "same samples both ways",
                          f"{r['same_samples']}/{free['plays']}", "plays whose completion ids "
                          "match (seeds from play and turn)"])
+        if "second_load_seconds" in r:
+            rows.append([section, "engine load after close", f"{r['second_load_seconds']:.0f} s",
+                         "a second engine in the same process: the first freed its GPU"])
     t = results.get("train", {})
     if not skipped("train", "train-grpo MFU"):
         for side in ("spade", "plain"):

@@ -52,9 +52,10 @@ def audit(
     """
     from spade_cli.errors import errors_to_exit
     from spade_cli.inputs import find_inputs
+    from spade_cli.options import StageBackend
     from spade_cli.summary import summarize
     from stages import audit as stage
-    from stages.backends import Sampling, load_backend
+    from stages.backends import Sampling
     from stages.shards import Stats, find_shards, read, run_stage
 
     with errors_to_exit("audit"):
@@ -66,12 +67,10 @@ def audit(
         known = list(read([s.path for s in find_shards(designs or [], {"design"})],
                           kinds={"design"}))
         stats = Stats()
-        loaded = []
+        model_backend = StageBackend(spec)
 
         def transform(envs):
-            if not loaded:
-                loaded.append(load_backend(spec))
-            for record in stage.run([*known, *envs], loaded[0], cfg):
+            for record in stage.run([*known, *envs], model_backend.get(), cfg):
                 if record.kind == "validation":
                     stats.reasons["audit"] += 1
                 yield record
@@ -80,7 +79,8 @@ def audit(
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
                   "designs": [s.digest() for s in find_shards(designs or [], {"design"})]}
-        run_stage("audit", shards, out, transform, config, stats, kinds={"env"},
-                  overwrite=overwrite, suffix=f".{compress}")
+        with model_backend:
+            run_stage("audit", shards, out, transform, config, stats, kinds={"env"},
+                      overwrite=overwrite, suffix=f".{compress}")
         summarize("audit", stats, f"{stats.written['env']} accepted, "
                                   f"{stats.written['validation']} judged unwinnable")

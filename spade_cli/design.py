@@ -71,11 +71,12 @@ def design(
         spade design -m runs/q/model -b 8 --retry runs/q/r00/validate-a0
     """
     from spade_cli.errors import UsageError, errors_to_exit
-    from spade_cli.progress import Counted, Progress
+    from spade_cli.options import StageBackend
+    from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from stages import corpus as corpus_mod
     from stages import design as stage
-    from stages.backends import Sampling, load_backend
+    from stages.backends import Sampling
     from stages.shards import Stats, emit, find_shards, read
     from stages.skills import SKILLS
 
@@ -120,15 +121,15 @@ def design(
                   "slots": [(s.slot, s.attempt) for s in slots]}
         stats = Stats()
         progress = Progress("design", "designs", len(slots))
+        model_backend = StageBackend(spec, progress)
 
         def produce():
             if not slots:
                 return
-            for record in stage.run(Counted(load_backend(spec), progress), documents, memories,
-                                    cfg, slots):
+            for record in stage.run(model_backend.get(), documents, memories, cfg, slots):
                 progress.advance()
                 yield record
 
-        with progress:
+        with progress, model_backend:
             emit("design", out, produce, config, stats, overwrite, f".{compress}")
         summarize("design", stats, f"{stats.written['design']} designs for {len(slots)} slots")

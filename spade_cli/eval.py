@@ -119,9 +119,9 @@ def eval_command(
         from dataclasses import replace
 
         from sandbox.jail import Limits, Sandbox
+        from spade_cli.options import StageBackend
         from stages import evaluate as stage
         from stages import rollout
-        from stages.backends import load_backend
         from stages.shards import find_shards, read
 
         stage.check_available(suite)  # exit 69 before a model is loaded
@@ -140,13 +140,14 @@ def eval_command(
             find_shards([data])  # exit 66 for a missing file before a model is loaded
         stats = Stats()
         records = []
+        model_backend = StageBackend(spec)
 
         def produce():
             envs = None
             if suite == "envs":
                 envs = list(read(inputs or ["-"], kinds={"env"}))
                 stats.read = len(envs)
-            for record in stage.run(load_backend(spec), cfg, envs, stats):
+            for record in stage.run(model_backend.get(), cfg, envs, stats):
                 records.append(record)
                 yield record
 
@@ -158,7 +159,9 @@ def eval_command(
                   "prompts": prompts,
                   "inputs": [s.digest() or s.path for s in find_shards(
                       inputs or ([data] if data else []))]}
-        emit("eval", out, produce, config, stats, overwrite=overwrite, suffix=f".{compress}")
+        with model_backend:
+            emit("eval", out, produce, config, stats, overwrite=overwrite,
+                 suffix=f".{compress}")
         keep_evaluated(model, out, suite)
         if not records and os.path.isdir(out):  # a rerun that found the work done
             records = list(read([out], kinds={"eval"}))

@@ -45,10 +45,11 @@ def hint(
     """
     from spade_cli.errors import errors_to_exit
     from spade_cli.inputs import find_inputs
-    from spade_cli.progress import Counted, Progress
+    from spade_cli.options import StageBackend
+    from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from stages import hint as stage
-    from stages.backends import Sampling, load_backend
+    from stages.backends import Sampling
     from stages.shards import Stats, run_stage
 
     with errors_to_exit("hint"):
@@ -58,15 +59,13 @@ def hint(
             enable_thinking=enable_thinking))
         shards = find_inputs("hint", inputs, {"env"}, "env records")
         stats = Stats()
-        loaded = []
         progress = Progress("hint", "envs")
+        model_backend = StageBackend(spec, progress)
 
         def transform(envs):
             envs = list(envs)
             progress.add_total(len(envs))
-            if not loaded:
-                loaded.append(Counted(load_backend(spec), progress))
-            for env in stage.run(envs, loaded[0], cfg):
+            for env in stage.run(envs, model_backend.get(), cfg):
                 progress.advance()
                 if "error" in env.meta["hint"]:
                     stats.reasons["internal_error"] += 1
@@ -75,7 +74,7 @@ def hint(
         config = {"backend": backend, "model": model, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, "seed": seed, "prompts": prompts}
-        with progress:
+        with progress, model_backend:
             run_stage("hint", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
         summarize("hint", stats, f"{stats.written['env']} envs hinted")

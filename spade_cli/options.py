@@ -101,6 +101,34 @@ def backend_spec(backend: str, model: str, base_url: str | None, api_key: str | 
                        device=device, options=options)
 
 
+class StageBackend:
+    """A stage's backend: loaded at its first use (after the jails started; never when there is
+    nothing to generate), its tokens counted into `progress`, and closed when the stage ends, so
+    an in-process engine frees its GPU before the next stage of a `spade run` loads one."""
+
+    def __init__(self, spec, progress=None):
+        self.spec, self.progress, self.backend = spec, progress, None
+
+    def get(self):
+        if self.backend is None:
+            from spade_cli.progress import Counted
+            from stages.backends import load_backend
+
+            backend = load_backend(self.spec)
+            self.backend = Counted(backend, self.progress) if self.progress else backend
+        return self.backend
+
+    def __enter__(self) -> "StageBackend":
+        return self
+
+    def __exit__(self, error_type: type | None, *exc: object) -> None:
+        backend, self.backend = self.backend, None
+        # after an error or Ctrl-C the process is ending: closing would wait for requests in
+        # flight, which daemon threads abandon at exit
+        if backend is not None and error_type is None:
+            backend.close()
+
+
 def open_jail_executor(executor: str, address: str | None, workers: int) -> Executor:
     """The executor --executor and --address ask for (stages/executor.py), joined now; a name
     or address that makes no sense is a UsageError, a cluster that cannot be used exit 69."""

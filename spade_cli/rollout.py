@@ -78,13 +78,13 @@ def rollout(
     """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.inputs import find_inputs
-    from spade_cli.options import open_jail_executor
-    from spade_cli.progress import Counted, Progress
+    from spade_cli.options import StageBackend, open_jail_executor
+    from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from sandbox.jail import Limits, Sandbox
     from sandbox.pool import WorkerPool
     from stages import rollout as stage
-    from stages.backends import Sampling, load_backend
+    from stages.backends import Sampling
     from stages.shards import Stats, read, run_stage
 
     with errors_to_exit("rollout"):
@@ -110,18 +110,15 @@ def rollout(
                 round, seed)
         jails = open_jail_executor(executor, address, concurrency)
         stats = Stats()
-        loaded = []
-
         progress = Progress("rollout", "plays")
+        model_backend = StageBackend(spec, progress)
 
         def transform(envs):
             envs = [env for env in envs if chosen is None or env.id in chosen]
             progress.add_total(len(envs) * plays)
             # jails start on background threads while the model loads
             with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays, jails) as pool:
-                if not loaded:
-                    loaded.append(Counted(load_backend(spec), progress))
-                yield from play(envs, loaded[0], pool)
+                yield from play(envs, model_backend.get(), pool)
 
         def play(envs, backend, pool):
             for record in stage.run(envs, backend, cfg, pool):
@@ -138,7 +135,7 @@ def rollout(
                            "round", "backend", "model", "temperature", "top_p", "top_k",
                            "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",
                            "concurrency", "envs_per_round")}
-        with jails, progress:
+        with jails, progress, model_backend:
             run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
         plays_done = stats.written["rollout"]

@@ -95,6 +95,10 @@ class Backend(Protocol):
     def chat(self, conversations: list[list[Message]], sampling: Sampling,
              tools: list[list[dict] | None] | None = None) -> list[Completion]: ...
 
+    def close(self) -> None:
+        """Free what the backend holds (an engine, its memory and its GPU share): the next
+        stage of a `spade run`, in the same process, may load its own."""
+
 
 class Streaming(Backend, Protocol):
     """A backend that takes conversations one at a time and answers each as soon as it is done

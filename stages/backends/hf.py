@@ -18,6 +18,7 @@ model_max_length when smaller).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -81,6 +82,13 @@ class HFBackend:
         self.batch_memory = int(memory_mb) * 2**20
         self.context_length = int(spec.options.get("context_length") or self._context_length())
         self.token_bytes = self._token_bytes(torch.tensor([], dtype=dtype).element_size())
+
+    def close(self) -> None:
+        """Drop the model; on CUDA its memory goes back to the device."""
+        self.model = None
+        if self.device.startswith("cuda"):
+            gc.collect()  # the weights' last references may sit in a cycle
+            self.torch.cuda.empty_cache()
 
     def _eos_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}

@@ -46,6 +46,9 @@ class ScriptedBackend:
                    for index, (messages, tool_list) in enumerate(zip(conversations, tools))]
         return [future.result() for future in futures]
 
+    def close(self) -> None:
+        """Nothing to free: the clock's daemon thread idles."""
+
     def submit(self, messages, sampling: Sampling, tools=None) -> Future:
         self.calls += 1
         text = self.respond(messages, tools)

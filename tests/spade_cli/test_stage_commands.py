@@ -174,3 +174,37 @@ def test_a_cached_hub_id_loads_from_the_cache_without_the_hub(tmp_path, monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = backend_spec("hf", "org/tiny", None, None, None)
     assert spec.model == str(snapshot) and spec.options["policy"] == "org/tiny"
+
+
+@pytest.mark.parametrize("command,args", [
+    ("design", ["-b", 1, "--max-tokens", 8, "--corpus-words", 30]),
+    ("hint", ["{pool}"]),
+    ("audit", ["{pool}"]),
+    ("rollout", ["{pool}", "-n", 1, "--max-turns", 1]),
+    ("eval", ["--suite", "envs", "{pool}"]),
+])
+def test_every_generating_stage_closes_its_backend(command, args, tmp_path, monkeypatch,
+                                                   jail_available):
+    """An in-process engine holds its GPU until closed: the next stage of a run needs it."""
+    from stages import backends
+    from stages.backends.scripted import ScriptedBackend
+
+    opened = []
+
+    class Engine(ScriptedBackend):
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def load(spec):
+        opened.append(Engine(lambda messages, tools: "\\boxed{a}"))
+        return opened[-1]
+
+    monkeypatch.setattr(backends, "load_backend", load)
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(seed_library.STARTER_SHARD.read_text().splitlines()[0] + "\n")
+    result = invoke(command, *[str(a).format(pool=pool) for a in args], "--backend", "openai",
+                    "--model", "m", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    assert len(opened) == 1 and opened[0].closed and opened[0].calls

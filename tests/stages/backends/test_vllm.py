@@ -27,6 +27,8 @@ class FakeEngine:
         self.model_config = SimpleNamespace(max_model_len=1024)
         self.live: dict[str, list] = {}
         self.failure: Exception | None = None
+        self.engine_core = SimpleNamespace(shut_down=False)
+        self.engine_core.shutdown = lambda: setattr(self.engine_core, "shut_down", True)
 
     def add_request(self, request_id, prompt, params):
         if params.max_tokens > 500:
@@ -91,3 +93,10 @@ def test_a_request_the_engine_refuses_fails_alone(backend):
     with pytest.raises(ValueError, match="refused by the engine"):
         refused.result(timeout=30)
     assert fine.result(timeout=30).completion_ids == [TOKEN] * 2
+
+
+def test_close_shuts_the_engine_down_and_lets_it_go(backend):
+    engine = backend.llm.llm_engine
+    backend.close()
+    assert engine.engine_core.shut_down and backend.llm is None
+    backend.close()  # twice is harmless: a stage's end and an error path may both close

@@ -11,7 +11,8 @@ What a user relies on: a request's Future resolves when that request is done, no
 batch is (a short completion submitted after a long one comes back first); a (prompt, seed)
 samples the same tokens alone, inside a batch or joining one mid-flight; chat() and submit()
 agree, and agree with vLLM's own LLM.generate; one logprob per sampled token; a deadline stops a
-generation with the tokens so far; close() fails what is pending and refuses what comes after.
+generation with the tokens so far; close() fails what is pending, refuses what comes after,
+and ends the engine's processes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[3]
 RUN_TIMEOUT = 1200.0  # an engine start took 210 s on a 2-core box shared with other jobs
 
 PROBE = r'''
-import json, sys, time
+import glob, json, os, sys, time
 from concurrent.futures import FIRST_COMPLETED, wait
 from stages.backends import BackendSpec, BackendUnavailable, Sampling
 from stages.backends.vllm import VLLMBackend
@@ -38,6 +39,24 @@ from stages.backends.vllm import VLLMBackend
 
 def conversation(i):
     return [{"role": "user", "content": f"Observation {i}: the door is locked."}]
+
+
+def engine_processes():
+    """This process's live children but multiprocessing's resource tracker (which lives as long
+    as this process does): vLLM's engine core runs in one."""
+    found = set()
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in open(status) if ":\t" in line)
+            pid = int(fields["Pid"])
+            command = open(f"/proc/{pid}/cmdline", "rb").read()
+        except (OSError, KeyError, ValueError):
+            continue
+        if fields.get("PPid", "").strip() == str(os.getpid()) \
+                and not fields.get("State", "").startswith("Z") \
+                and b"resource_tracker" not in command:
+            found.add(pid)
+    return found
 
 
 def record(completion):
@@ -86,9 +105,23 @@ def main():
     out["deadline"] = record(backend.submit(conversation(30), Sampling(
         temperature=1.0, max_tokens=960, seed=3, deadlines=(deadline,))).result())
 
-    # close(): what is in flight fails, what comes after is refused at once
+    # vLLM's own batch call on the same engine (its thread idles now): the same samples
+    params = [backend._params(hot.one(i)) for i in range(len(conversations))]
+    for one in params:
+        one.output_kind = backend.vllm.sampling_params.RequestOutputKind.FINAL_ONLY
+    generated = backend.llm.generate([{"prompt_token_ids": c.prompt_ids} for c in chatted],
+                                     params, use_tqdm=False)
+    out["generate"] = [list(g.outputs[0].token_ids) for g in generated]
+
+    # close(): what is in flight fails, what comes after is refused at once, and the engine's
+    # processes end (on a GPU they hold its memory)
+    engine = engine_processes()
     pending = backend.submit(conversation(31), Sampling(temperature=1.0, max_tokens=900, seed=4))
     backend.close()
+    ended = time.monotonic() + 30
+    while engine_processes() & engine and time.monotonic() < ended:
+        time.sleep(0.2)
+    out["processes"] = {"before": len(engine), "after": len(engine_processes() & engine)}
     out["close"] = {}
     for name, future in (("pending", pending),
                          ("after", backend.submit(conversation(32), hot))):
@@ -97,13 +130,6 @@ def main():
         except BackendUnavailable as exc:
             out["close"][name] = f"BackendUnavailable: {exc}"
 
-    # vLLM's own batch call on the same engine (the engine thread is gone): the same samples
-    params = [backend._params(hot.one(i)) for i in range(len(conversations))]
-    for one in params:
-        one.output_kind = backend.vllm.sampling_params.RequestOutputKind.FINAL_ONLY
-    generated = backend.llm.generate([{"prompt_token_ids": c.prompt_ids} for c in chatted],
-                                     params, use_tqdm=False)
-    out["generate"] = [list(g.outputs[0].token_ids) for g in generated]
     print("PROBE " + json.dumps(out))
 
 
@@ -171,6 +197,11 @@ def test_a_deadline_stops_generation_with_the_tokens_so_far(probe):
     deadline = probe["deadline"]
     assert deadline["finish"] == "timeout"
     assert 0 < len(deadline["ids"]) < 960
+
+
+def test_close_ends_the_engine_processes(probe):
+    assert probe["processes"]["before"] >= 1  # vLLM's engine core: a child process
+    assert probe["processes"]["after"] == 0
 
 
 def test_close_fails_pending_requests_and_refuses_new_ones(probe):
