@@ -30,6 +30,7 @@ multi-role, per-turn samples only through an experimental hook and recomputes ad
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -297,6 +298,14 @@ class Policy:
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
 
+    def close(self) -> None:
+        """Let go of the model, its reference and the optimizer state; on CUDA their memory goes
+        back to the device, where the next stage's engine (or a woken server) needs it."""
+        self.model = self.reference = self.optimizer = None
+        if self.device.startswith("cuda"):
+            gc.collect()  # autograd and the optimizer leave reference cycles
+            self.torch.cuda.empty_cache()
+
 
 def _stats(values: list[float], prefix: str) -> dict[str, float]:
     if not values:
@@ -494,12 +503,15 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         info["resumed"] = True
         return [Train.model_validate(t) for t in done["train"]], out, info
     policy = Policy(model_dir, cfg)
-    trained = []
-    for step in update(policy, samples, plan, cfg, step0):
-        trained.append(step)
-        report(len(trained), steps, int(step.stats.get("tokens", 0)))
-    Path(ckpt_root).mkdir(parents=True, exist_ok=True)
-    policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
-                      "parent": os.path.normpath(model_dir), "info": info,
-                      "train": [t.to_dict() for t in trained]})
+    try:
+        trained = []
+        for step in update(policy, samples, plan, cfg, step0):
+            trained.append(step)
+            report(len(trained), steps, int(step.stats.get("tokens", 0)))
+        Path(ckpt_root).mkdir(parents=True, exist_ok=True)
+        policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
+                          "parent": os.path.normpath(model_dir), "info": info,
+                          "train": [t.to_dict() for t in trained]})
+    finally:
+        policy.close()
     return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info

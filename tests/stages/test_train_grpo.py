@@ -1,7 +1,9 @@
 """train-grpo: the loss math, masks, TIS, checkpoints, resume, and both roles' samples."""
 
+import gc
 import json
 import re
+import weakref
 
 import pytest
 
@@ -159,14 +161,28 @@ def test_non_finite_inputs_are_refused_before_any_training(tmp_path, records, fi
     assert not (tmp_path / "ckpt").exists()
 
 
-def test_a_non_finite_loss_stops_the_update_and_writes_no_checkpoint(tiny_model, tmp_path):
+def test_a_non_finite_loss_stops_the_update_and_writes_no_checkpoint(tiny_model, tmp_path,
+                                                                     monkeypatch):
+    models = []
+    load = stage.Policy.__init__
+
+    def watched(policy, *args):
+        load(policy, *args)
+        models.append(weakref.ref(policy.model))
+
+    monkeypatch.setattr(stage.Policy, "__init__", watched)
     design = Design(completion="x", prompt_ids=[5, 6], completion_ids=[7, 8],
                     logprobs=[-1.0, -1.0])
     regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=1e300)  # inf in fp32
     cfg = stage.Config(batch_size=1, micro_batch=1)
-    with pytest.raises(stage.Diverged, match="step 1: loss .*not finite, so no checkpoint"):
+    with pytest.raises(stage.Diverged, match="step 1: loss .*not finite, so no checkpoint") \
+            as raised:
         stage.run([design, regret], tiny_model, str(tmp_path / "ckpt"), cfg)
     assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
+    # the model is let go although the error's traceback keeps the trainer's frame: on a GPU
+    # its memory is free for whatever runs next
+    gc.collect()
+    assert raised.traceback and len(models) == 1 and models[0]() is None
 
 
 def test_a_checkpoint_with_a_non_finite_weight_is_never_saved(tiny_model, tmp_path):
