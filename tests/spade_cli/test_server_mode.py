@@ -250,7 +250,10 @@ def test_serve_prints_its_url_and_stops_on_ctrl_c(tmp_path, vllm_python, cpu_env
     process = subprocess.Popen(
         [sys.executable, "-m", "spade_cli", "serve", "-m", model, "--port", "0", "--python",
          vllm_python, "--context-length", "1024", "--", "--dtype", "float32", "--enforce-eager"],
-        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True, env=cpu_env)
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True, env=cpu_env,
+        # as from a terminal: a suite started in the background (`&` in a script) ignores
+        # SIGINT, and a Python started with SIGINT ignored never raises KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         selector = selectors.DefaultSelector()
         selector.register(process.stdout, selectors.EVENT_READ)
