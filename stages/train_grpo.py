@@ -30,7 +30,6 @@ multi-role, per-turn samples only through an experimental hook and recomputes ad
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import math
@@ -301,10 +300,10 @@ class Policy:
     def close(self) -> None:
         """Let go of the model, its reference and the optimizer state; on CUDA their memory goes
         back to the device, where the next stage's engine (or a woken server) needs it."""
+        from stages.backends.hf import release_device_memory
+
         self.model = self.reference = self.optimizer = None
-        if self.device.startswith("cuda"):
-            gc.collect()  # autograd and the optimizer leave reference cycles
-            self.torch.cuda.empty_cache()
+        release_device_memory(self.torch, self.device)
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float]:

@@ -56,6 +56,14 @@ def pick_device(requested: str | None) -> str:
     return requested or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def release_device_memory(torch, device: str) -> None:
+    """Once a model's references are dropped: on a CUDA device, give its memory back to the
+    device (for the next stage's engine, or a server waking up). Nothing on a CPU."""
+    if device.startswith("cuda"):
+        gc.collect()  # models, autograd and optimizers leave reference cycles
+        torch.cuda.empty_cache()
+
+
 class HFBackend:
     name = "hf"
 
@@ -86,9 +94,7 @@ class HFBackend:
     def close(self) -> None:
         """Drop the model; on CUDA its memory goes back to the device."""
         self.model = None
-        if self.device.startswith("cuda"):
-            gc.collect()  # the weights' last references may sit in a cycle
-            self.torch.cuda.empty_cache()
+        release_device_memory(self.torch, self.device)
 
     def _eos_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}

