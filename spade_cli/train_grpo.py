@@ -36,8 +36,12 @@ def train_grpo(
                     "step, as the reference does.")] = 0,
     batch_unit: Annotated[str, typer.Option(
         help="episode (every turn of one play, or one design) or turn.")] = "episode",
-    micro_batch: Annotated[int, typer.Option(min=1, help="Samples (turns) per "
-                                                        "forward/backward.")] = 8,
+    micro_batch_tokens: Annotated[int, typer.Option(
+        min=1, help="Tokens per forward/backward: sequences are packed up to this many (one "
+                    "longer gets a pass of its own).")] = 8192,
+    loss_norm: Annotated[str, typer.Option(
+        help="sample: a token mean within each episode or design, then the mean over them "
+             "(the reference's); token: a token mean over the optimizer batch.")] = "sample",
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the samples.")] = 1,
     max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping norm.")] = 1.0,
     roles: Annotated[str, typer.Option(help="agent, designer, or agent,designer.")] = "agent,designer",
@@ -79,13 +83,16 @@ def train_grpo(
         model = check_model(model)
         if batch_unit not in stage.BATCH_UNITS:
             raise UsageError(f"--batch-unit must be one of {', '.join(stage.BATCH_UNITS)}")
+        if loss_norm not in stage.LOSS_NORMS:
+            raise UsageError(f"--loss-norm must be one of {', '.join(stage.LOSS_NORMS)}")
         chosen = tuple(r.strip() for r in roles.split(",") if r.strip())
         if not chosen or set(chosen) - {"agent", "designer"}:
             raise UsageError("--roles takes agent, designer or both, comma-separated")
         cfg = stage.Config(lr=lr, weight_decay=weight_decay, clip_low=clip_low,
                            clip_high=clip_high, kl_beta=kl_beta, tis_cap=tis_cap,
                            batch_size=batch_size, batch_unit=batch_unit,
-                           micro_batch=micro_batch, epochs=epochs,
+                           micro_batch_tokens=micro_batch_tokens,
+                           loss_norm=loss_norm, epochs=epochs,
                            max_grad_norm=max_grad_norm, roles=chosen,
                            train_on_hinted=train_on_hinted, mask_truncated=mask_truncated,
                            mask_malformed_tool_calls=mask_malformed_tool_calls,
@@ -107,7 +114,10 @@ def train_grpo(
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
         where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"
         skipped = ", ".join(f"{k} {v}" for k, v in info["skipped"].items())
+        fallbacks = info["per_turn_fallbacks"]
         summarize("train-grpo", stats, f"{info['samples']} samples {info['roles']}, "
-                  f"{len(trained)} steps {where}{'; skipped ' + skipped if skipped else ''}")
+                  f"{len(trained)} steps {where}"
+                  f"{f'; {fallbacks} plays trained turn by turn' if fallbacks else ''}"
+                  f"{'; skipped ' + skipped if skipped else ''}")
         if checkpoint is None:
             print("train-grpo: nothing to train on", file=sys.stderr)

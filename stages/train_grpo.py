@@ -1,16 +1,23 @@
 """train-grpo: one GRPO update of the shared policy from both roles' samples.
 
-In: `rollout` records (agent samples: every turn of every no-hint play), `regret` records
-(designer advantages) with the `design` records they score (designer samples, usually from k
-rounds earlier), and the current model directory.
+In: `rollout` records (agent samples: the no-hint plays), `regret` records (designer
+advantages) with the `design` records they score (designer samples, usually from k rounds
+earlier), and the current model directory.
 Out: an HF checkpoint `step-NNNNNN/` (model, tokenizer, optimizer state, trainer_state.json) and
-one `train` record per optimizer step (loss, clip fraction, approx KL, entropy, grad norm,
-tokens/s, advantage stats per role, TIS weights).
+one `train` record per optimizer step (loss, clip fraction, approx KL, entropy, grad norm, what
+the step cost in tokens, advantage stats per role, TIS weights; timings and peak memory in meta).
 Guarantees:
 - loss = PPO-clip with asymmetric bounds (1 - clip_low, 1 + clip_high) against the policy at the
-  start of the update, token-mean over each optimizer batch, optional k3 KL to a reference;
-- only completion tokens carry loss: prompts, observations and tool results are context (each
-  turn is its own sample: the prompt the model really saw, the tokens it really sampled);
+  start of the update, optional k3 KL to a reference, normalised as `loss_norm` says: "sample"
+  (the reference's: a token mean within each episode or design, then a mean over them) or
+  "token" (a token mean over the optimizer batch);
+- one sequence per episode: when every turn's prompt ids extend the previous turn's prompt and
+  completion token for token, a play is one sequence whose completion tokens carry loss and
+  whose observations and tool results are context; otherwise (a template that rewrites earlier
+  turns) each turn is its own sample, the prompt the model really saw, and the play is counted
+  as a per-turn fallback. Both give the same per-token logprobs;
+- micro-batches are packed by tokens (`micro_batch_tokens`, no padding), and logits exist only
+  at loss positions, a chunk at a time (stages/packing.py);
 - whole episodes are the batch unit and, by default, one optimizer step takes the whole round
   (the reference: one step per rollout over its episodes); `batch_size` units per step and
   `batch_unit = "turn"` are options;
@@ -23,9 +30,8 @@ Guarantees:
 - no checkpoint holds a non-finite weight: a non-finite reward, advantage, temperature or
   logprob in the inputs is a RecordError, and a non-finite loss, gradient norm or weight stops
   the update with Diverged (exit 65) before anything is written.
-TRL is used for its tested kernels (`trl.trainer.utils.selective_log_softmax`,
-`entropy_from_logits`); the loop itself is ours, because GRPOTrainer consumes offline,
-multi-role, per-turn samples only through an experimental hook and recomputes advantages.
+The loop is ours, not TRL's GRPOTrainer: that consumes offline, multi-role, multi-turn samples
+only through an experimental hook and recomputes advantages.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from stages import rewards
+from stages.packing import Packed, loss_logprobs, micro_batches, pack
 from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
 
 log = logging.getLogger(__name__)
@@ -67,7 +74,10 @@ class Config:
     # of 192 is the round's plays), with an lr tuned for that: batch_size 0 = all in one step.
     batch_unit: str = "episode"  # "episode": all turns of a play (or one design); "turn"
     batch_size: int = 0  # units per optimizer step; 0 = the whole round in one step
-    micro_batch: int = 8  # samples (turns) per forward/backward (gradient accumulation)
+    # tokens per forward/backward (gradient accumulation): packed sequences, one longer than
+    # this gets a micro-batch of its own
+    micro_batch_tokens: int = 8192
+    loss_norm: str = "sample"  # "sample": the reference's (slime's default); "token"
     epochs: int = 1
     max_grad_norm: float = 1.0
     train_on_hinted: bool = False
@@ -87,13 +97,25 @@ class Config:
 
 @dataclass
 class Sample:
+    """One training sequence: a whole play, one turn of it, or one design."""
+
     role: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    sampled_logprobs: list[float]
+    ids: list[int]  # what the model read and wrote, in order
+    loss_positions: list[int]  # positions in `ids` of the tokens that carry loss
+    sampled_logprobs: list[float]  # the sampler's log p of each of those tokens
     advantage: float
     temperature: float = 1.0
-    source: str = ""
+    source: str = ""  # the play or design: the batch unit, and the "sample" of loss_norm
+    per_turn: bool = False  # a turn of a play that could not be one sequence
+
+    @classmethod
+    def of_turn(cls, role: str, prompt_ids: list[int], completion_ids: list[int],
+                logprobs: list[float], advantage: float, temperature: float = 1.0,
+                source: str = "", per_turn: bool = False) -> "Sample":
+        start = len(prompt_ids)
+        return cls(role, prompt_ids + completion_ids,
+                   list(range(start, start + len(completion_ids))),
+                   list(logprobs[:len(completion_ids)]), advantage, temperature, source, per_turn)
 
 
 # -- building samples ------------------------------------------------------------------------
@@ -118,20 +140,7 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                 _require_finite([play.reward], play, "reward")
             advantages = rewards.agent_advantages([p.reward for p in group], cfg.rewards)
             for play, advantage in zip(group, advantages):
-                temperature = _temperature(play)
-                for index, turn in enumerate(play.turns):
-                    if not turn.completion_ids or turn.prompt_ids is None or not turn.logprobs:
-                        skipped["agent_no_token_ids"] += 1
-                        continue
-                    if cfg.mask_truncated and play.truncated:
-                        skipped["agent_truncated_masked"] += 1
-                        continue
-                    if cfg.mask_malformed_tool_calls and malformed_tool_call(turn.completion):
-                        skipped["agent_malformed_tool_call_masked"] += 1
-                        continue
-                    _require_finite(turn.logprobs, play, f"turns.{index}.logprobs")
-                    samples.append(Sample("agent", turn.prompt_ids, turn.completion_ids,
-                                          turn.logprobs, advantage, temperature, play.id))
+                samples += play_samples(play, advantage, cfg, skipped)
     if "designer" in cfg.roles:
         for regret in regrets:
             design = designs.get(regret.design_id or "")
@@ -143,10 +152,62 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                 continue
             _require_finite([regret.designer_advantage], regret, "designer_advantage")
             _require_finite(design.logprobs, design, "logprobs")
-            samples.append(Sample("designer", design.prompt_ids, design.completion_ids,
-                                  design.logprobs, regret.designer_advantage,
-                                  _temperature(design), design.id))
+            samples.append(Sample.of_turn("designer", design.prompt_ids, design.completion_ids,
+                                          design.logprobs, regret.designer_advantage,
+                                          _temperature(design), design.id))
     return samples, dict(skipped)
+
+
+def play_samples(play: Rollout, advantage: float, cfg: Config,
+                 skipped: dict[str, int]) -> list[Sample]:
+    """One sequence for the play when its turns extend each other token for token, else one
+    sample per turn (`per_turn`); turns without token ids or masked by cfg carry no loss."""
+    temperature = _temperature(play)
+    trained = []  # (turn, carries loss)
+    for index, turn in enumerate(play.turns):
+        if not turn.completion_ids or turn.prompt_ids is None or not turn.logprobs:
+            skipped["agent_no_token_ids"] += 1
+            continue
+        if cfg.mask_truncated and play.truncated:
+            skipped["agent_truncated_masked"] += 1
+            continue
+        loss = not (cfg.mask_malformed_tool_calls and malformed_tool_call(turn.completion))
+        if not loss:
+            skipped["agent_malformed_tool_call_masked"] += 1
+        _require_finite(turn.logprobs, play, f"turns.{index}.logprobs")
+        trained.append((turn, loss))
+    if not any(loss for _, loss in trained):
+        return []
+    if len(trained) == len(play.turns) and turns_extend(play.turns):
+        return [episode_sample(play, advantage, temperature, [loss for _, loss in trained])]
+    return [Sample.of_turn("agent", turn.prompt_ids, turn.completion_ids, turn.logprobs,
+                           advantage, temperature, play.id, per_turn=len(play.turns) > 1)
+            for turn, loss in trained if loss]
+
+
+def turns_extend(turns: list) -> bool:
+    """Whether each turn's prompt starts with the previous turn's prompt and completion."""
+    for previous, turn in zip(turns, turns[1:]):
+        seen = previous.prompt_ids + previous.completion_ids
+        if turn.prompt_ids[:len(seen)] != seen:
+            return False
+    return True
+
+
+def episode_sample(play: Rollout, advantage: float, temperature: float,
+                   carries_loss: list[bool]) -> Sample:
+    """The play as one sequence: its last prompt (which holds every earlier turn) and last
+    completion, with loss on each turn's completion tokens that `carries_loss` keeps."""
+    last = play.turns[-1]
+    positions: list[int] = []
+    sampled: list[float] = []
+    for turn, loss in zip(play.turns, carries_loss):
+        if loss:
+            start = len(turn.prompt_ids)
+            positions += range(start, start + len(turn.completion_ids))
+            sampled += turn.logprobs[:len(turn.completion_ids)]
+    return Sample("agent", last.prompt_ids + last.completion_ids, positions, sampled,
+                  advantage, temperature, play.id)
 
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -191,7 +252,7 @@ def _temperature(record: Record) -> float:
 # -- the model side ---------------------------------------------------------------------------
 
 class Policy:
-    """The model being trained, its optimizer, and the math on padded sample batches."""
+    """The model being trained, its optimizer, and log p of packed samples."""
 
     def __init__(self, model_dir: str, cfg: Config):
         from stages.backends.hf import import_torch_transformers, pick_device
@@ -229,55 +290,27 @@ class Policy:
         state = Path(model_dir) / "optimizer.pt"
         if state.exists() and not cfg.lora_rank:
             self.optimizer.load_state_dict(torch.load(state, map_location=self.device))
+        self.check_head()
         self.reference = None
         if cfg.kl_beta > 0:
             self.reference = transformers.AutoModelForCausalLM.from_pretrained(
                 model_dir, dtype=torch.float32).to(self.device).eval()
 
-    def batch(self, samples: list[Sample]):
-        """Right-padded input ids and the (row, position) of every completion token."""
-        torch = self.torch
-        pad = self.tokenizer.pad_token_id or 0
-        sequences = [s.prompt_ids + s.completion_ids for s in samples]
-        width = max(len(seq) for seq in sequences)
-        ids = torch.full((len(samples), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(samples), width), dtype=torch.long)
-        mask = torch.zeros((len(samples), width - 1), dtype=torch.bool)
-        targets = torch.full((len(samples), width - 1), pad, dtype=torch.long)
-        temps = torch.ones((len(samples), 1, 1))
-        for row, (sample, seq) in enumerate(zip(samples, sequences)):
-            ids[row, :len(seq)] = torch.tensor(seq)
-            attention[row, :len(seq)] = 1
-            start = len(sample.prompt_ids) - 1  # logits at t predict token t + 1
-            mask[row, start:start + len(sample.completion_ids)] = True
-            targets[row, start:start + len(sample.completion_ids)] = torch.tensor(
-                sample.completion_ids)
-            # greedy samples were scored at temperature 1 by the backends
-            temps[row] = sample.temperature if sample.temperature > 0 else 1.0
-        return (ids.to(self.device), attention.to(self.device), mask.to(self.device),
-                targets.to(self.device), temps.to(self.device))
+    def check_head(self) -> None:
+        """loss_logprobs applies the output head to the decoder's last hidden state, which is
+        what the model's own forward does for every model without a logit transform."""
+        config = self.model.config
+        for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+            if getattr(config, name, None) not in (None, 1, 1.0):
+                raise NotImplementedError(f"train-grpo does not apply {config.model_type}'s "
+                                          f"{name}; its logprobs would be wrong")
 
-    def logprobs(self, model, ids, attention, targets, temps, mask, with_entropy=False):
-        """Per-position log p of `targets` (zero where no completion token is).
+    def logprobs(self, model, packed: Packed, with_entropy: bool = False):
+        """log p (and entropy) of the loss tokens of one packed micro-batch under `model`."""
+        return loss_logprobs(self.torch, model, packed, self.autocast, with_entropy)
 
-        Logits are computed only from the first completion position on: prompt positions
-        would pay for the lm_head and a vocabulary-wide softmax for nothing."""
-        from trl.trainer.utils import entropy_from_logits, selective_log_softmax
-
-        torch = self.torch
-        first = int(mask.any(0).int().argmax())
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
-            logits = model(input_ids=ids, attention_mask=attention,
-                           logits_to_keep=ids.shape[1] - first).logits[:, :-1].float()
-        logits = logits / temps
-        logp = torch.nn.functional.pad(selective_log_softmax(logits, targets[:, first:]),
-                                       (first, 0))
-        entropy = None
-        if with_entropy:  # a logged statistic: no graph needed
-            with torch.no_grad():
-                entropy = torch.nn.functional.pad(entropy_from_logits(logits.detach()),
-                                                  (first, 0))
-        return logp, entropy
+    def pack(self, samples: list[Sample]) -> Packed:
+        return pack(self.torch, samples, self.device)
 
     def save(self, out: Path, state: dict) -> None:
         bad = next((name for name, p in self.model.named_parameters()
@@ -358,58 +391,121 @@ def _has_dropout(policy: Policy) -> bool:
         float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0
 
 
+def _micro_batches(samples: list[Sample], chosen: list[int], cfg: Config) -> list[list[int]]:
+    groups = micro_batches([len(samples[i].ids) for i in chosen], cfg.micro_batch_tokens)
+    return [[chosen[g] for g in group] for group in groups]
+
+
+def _split(torch, values, counts: list[int]) -> list:
+    return list(torch.split(values, counts))
+
+
 def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
-    """log p of each completion token under the policy before this update (no grad)."""
+    """log p of each sample's loss tokens under the policy before this update (no grad)."""
     torch = policy.torch
-    out = []
+    out: list = [None] * len(samples)
     policy.model.eval()
     with torch.no_grad():
-        for first in range(0, len(samples), cfg.micro_batch):
-            chunk = samples[first:first + cfg.micro_batch]
-            ids, attention, mask, targets, temps = policy.batch(chunk)
-            logp, _ = policy.logprobs(policy.model, ids, attention, targets, temps, mask)
-            for row in range(len(chunk)):
-                out.append(logp[row][mask[row]].cpu())
+        for rows in _micro_batches(samples, list(range(len(samples))), cfg):
+            packed = policy.pack([samples[i] for i in rows])
+            logp, _ = policy.logprobs(policy.model, packed)
+            for index, values in zip(rows, _split(torch, logp.cpu(), packed.counts)):
+                out[index] = values
     policy.model.train()
     return out
+
+
+LOSS_NORMS = ("sample", "token")
+
+
+def loss_weights(batch: list[Sample], norm: str) -> list[float]:
+    """The weight of each loss token of each sample: the step's loss is the weighted sum.
+
+    "token": every loss token of the batch weighs the same (TRL's bnpo/dapo). "sample": every
+    episode or design weighs the same, and its tokens equally within it: the mean over them of
+    their token means (the reference's slime default, TRL's grpo). A per-turn fallback's turns
+    share their play's weight, so both layouts of a play give the same loss."""
+    if norm not in LOSS_NORMS:
+        raise ValueError(f"loss_norm must be one of {', '.join(LOSS_NORMS)}")
+    if norm == "token":
+        return [1.0 / sum(len(s.loss_positions) for s in batch)] * len(batch)
+    per_source: dict[str, int] = defaultdict(int)
+    for sample in batch:
+        per_source[sample.source] += len(sample.loss_positions)
+    return [1.0 / (len(per_source) * per_source[s.source]) for s in batch]
+
+
+class PeakMemory:
+    """The peak memory of a span: the CUDA allocator's peak on a GPU; elsewhere the process's
+    resident high-water mark (VmHWM), which Linux resets through /proc/self/clear_refs."""
+
+    def __init__(self, torch, device: str):
+        self.torch, self.device = torch, device
+        self.cuda = device.startswith("cuda")
+
+    def reset(self) -> None:
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+    def read(self) -> int | None:
+        if self.cuda:
+            return int(self.torch.cuda.max_memory_allocated(self.device))
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return None
+        found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+        return int(found.group(1)) * 1024 if found else None
 
 
 def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], start: list,
                     cfg: Config, step: int) -> Train:
     """One optimizer step over samples[chosen]; fills in `start` where it was still None."""
     torch = policy.torch
+    peak = PeakMemory(torch, policy.device)
+    peak.reset()
     began = time.monotonic()
     batch = [samples[i] for i in chosen]
-    total_tokens = sum(len(s.completion_ids) for s in batch)
+    weight_of = dict(zip(chosen, loss_weights(batch, cfg.loss_norm)))
+    loss_tokens = sum(len(s.loss_positions) for s in batch)
     sums = defaultdict(float)
+    forward_tokens = real_tokens = 0
     policy.optimizer.zero_grad(set_to_none=True)
-    for first in range(0, len(batch), cfg.micro_batch):
-        rows = chosen[first:first + cfg.micro_batch]
+    for rows in _micro_batches(samples, chosen, cfg):
         chunk = [samples[i] for i in rows]
-        ids, attention, mask, targets, temps = policy.batch(chunk)
-        logp_all, entropy_all = policy.logprobs(policy.model, ids, attention, targets, temps,
-                                                mask, with_entropy=True)
-        logp = logp_all[mask]
-        if start[rows[0]] is None:  # the policy has not moved since the update began
-            for row, index in enumerate(rows):
-                start[index] = logp_all[row][mask[row]].detach().cpu()
+        packed = policy.pack(chunk)
+        forward_tokens += packed.tokens
+        real_tokens += sum(len(s.ids) for s in chunk)
+        logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
+        if any(start[i] is None for i in rows):  # the policy has not moved since the update began
+            for index, values in zip(rows, _split(torch, logp.detach().cpu(), packed.counts)):
+                start[index] = values
+
+        def per_token(values: list[float]):
+            return torch.tensor([v for s, v in zip(chunk, values)
+                                 for _ in s.loss_positions], device=logp.device,
+                                dtype=logp.dtype)
+
         old = torch.cat([start[i] for i in rows]).to(logp.device)
-        sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs[:len(s.completion_ids)]],
+        sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs],
                                device=logp.device, dtype=logp.dtype)
-        advantages = torch.tensor([s.advantage for s in chunk for _ in s.completion_ids],
-                                  device=logp.device, dtype=logp.dtype)
-        loss_terms, parts = token_loss(torch, logp, old, sampled, advantages, cfg)
+        loss_terms, parts = token_loss(torch, logp, old, sampled,
+                                       per_token([s.advantage for s in chunk]), cfg)
         if policy.reference is not None:
             with torch.no_grad():
-                ref_all, _ = policy.logprobs(policy.reference, ids, attention, targets, temps,
-                                             mask)
-            ref = ref_all[mask]
+                ref, _ = policy.logprobs(policy.reference, packed)
             kl = torch.exp(ref - logp) - (ref - logp) - 1
             loss_terms = loss_terms + cfg.kl_beta * kl
-            sums["kl_ref"] += float(kl.detach().sum())
-        (loss_terms.sum() / total_tokens).backward()
-        sums["loss"] += float(loss_terms.detach().sum())
-        sums["entropy"] += float(entropy_all[mask].detach().sum())
+            parts["kl_ref"] = float(kl.detach().sum())
+        loss = (loss_terms * per_token([weight_of[i] for i in rows])).sum()
+        loss.backward()
+        sums["loss"] += float(loss.detach())
+        sums["entropy"] += float(entropy.sum())
         for key, value in parts.items():
             sums[key] += value
     grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -420,16 +516,24 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
                        f"in the samples, or a learning rate too high)")
     policy.optimizer.step()
     seconds = time.monotonic() - began
-    stats = {key: value / total_tokens for key, value in sums.items()}
-    stats.update(grad_norm=float(grad_norm), tokens=float(total_tokens), lr=cfg.lr)
+    # `loss` is the objective as normalised; the rest are token means over the step
+    stats = {key: value / loss_tokens for key, value in sums.items() if key != "loss"}
+    stats.update(loss=sums["loss"], grad_norm=float(grad_norm),
+                 loss_tokens=float(loss_tokens), forward_tokens=float(forward_tokens),
+                 padding_share=(forward_tokens - real_tokens) / forward_tokens,
+                 per_turn_fallbacks=float(len({s.source for s in batch if s.per_turn})),
+                 lr=cfg.lr)
     for role in ("agent", "designer"):
         stats.update(_stats([s.advantage for s in batch if s.role == role], f"{role}_adv"))
     stats = {k: v for k, v in stats.items() if math.isfinite(v)}
-    # timings vary between identical reruns: they live in `meta`, outside the record's id
-    timing = {"seconds": round(seconds, 4),
-              "tokens_per_s": round(total_tokens / seconds, 2) if seconds > 0 else 0.0}
+    # timings and memory vary between identical reruns: they live in `meta`, outside the id
+    meta = {"seconds": round(seconds, 4),
+            "tokens_per_s": round(loss_tokens / seconds, 2) if seconds > 0 else 0.0}
+    peak_bytes = peak.read()
+    if peak_bytes is not None:
+        meta["peak_memory_bytes"] = peak_bytes
     return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
-                 parents=sorted({s.source for s in batch})[:1000], meta=timing)
+                 parents=sorted({s.source for s in batch})[:1000], meta=meta)
 
 
 def token_loss(torch, logp, old, sampled, advantages, cfg: Config):
@@ -485,7 +589,8 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     records = list(records)
     samples, skipped = build_samples(records, cfg)
     info = {"samples": len(samples), "skipped": skipped,
-            "roles": {role: sum(s.role == role for s in samples) for role in cfg.roles}}
+            "roles": {role: sum(s.role == role for s in samples) for role in cfg.roles},
+            "per_turn_fallbacks": len({s.source for s in samples if s.per_turn})}
     if not samples:
         return [], None, info
     step0 = previous_step(model_dir)
@@ -506,7 +611,7 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         trained = []
         for step in update(policy, samples, plan, cfg, step0):
             trained.append(step)
-            report(len(trained), steps, int(step.stats.get("tokens", 0)))
+            report(len(trained), steps, int(step.stats.get("loss_tokens", 0)))
         Path(ckpt_root).mkdir(parents=True, exist_ok=True)
         policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
                           "parent": os.path.normpath(model_dir), "info": info,

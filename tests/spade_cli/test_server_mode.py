@@ -324,7 +324,7 @@ command = "score-regret"
 [[stage]]
 command = "train-grpo"
 lr = 0.05
-micro-batch = 16
+micro-batch-tokens = 4096
 
 [[stage]]
 command = "eval"

@@ -32,7 +32,7 @@ def win_rate(model_dir, seed):
 def test_no_hint_win_rate_rises_over_rounds(tiny_model, tmp_path, jail_available):
     before = [win_rate(tiny_model, seed)[0] for seed in (1000, 1001)]
     model = tiny_model
-    cfg = train_grpo.Config(lr=5e-2, batch_size=32, micro_batch=32, weight_decay=0.0)
+    cfg = train_grpo.Config(lr=5e-2, batch_size=32, weight_decay=0.0)
     for round_index in range(5):
         _, plays = win_rate(model, round_index)
         regrets, _ = score_regret.run([ENV, *plays], score_regret.Config(round=round_index))

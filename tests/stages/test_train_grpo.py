@@ -2,6 +2,8 @@
 
 import gc
 import json
+import math
+import random
 import re
 import weakref
 
@@ -37,23 +39,10 @@ def test_tis_weights_clamp_at_the_cap():
     assert parts["tis_clamped"] == 1.0
 
 
-def test_masked_tokens_get_zero_gradient(tiny_model):
-    from trl.trainer.utils import selective_log_softmax
-
-    policy = stage.Policy(tiny_model, CFG)
-    samples = [stage.Sample("agent", [5, 6, 7, 8], [9, 10], [-1.0, -1.0], 1.0),
-               stage.Sample("agent", [5, 6], [11, 12, 13], [-1.0] * 3, -1.0)]
-    ids, attention, mask, targets, temps = policy.batch(samples)
-    assert mask.sum().item() == 5
-    assert targets[0][mask[0]].tolist() == [9, 10] and targets[1][mask[1]].tolist() == [11, 12, 13]
-    logits = torch.randn(2, ids.shape[1] - 1, policy.model.config.vocab_size, requires_grad=True)
-    logp = selective_log_softmax(logits, targets)[mask]
-    loss, _ = stage.token_loss(torch, logp, logp.detach(), logp.detach(),
-                               torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0]), CFG)
-    loss.sum().backward()
-    grad_per_position = logits.grad.abs().sum(-1)
-    assert torch.all(grad_per_position[~mask] == 0)
-    assert torch.all(grad_per_position[mask] > 0)
+def loss_logprobs(policy, samples, model=None):
+    with torch.no_grad():
+        values, _ = policy.logprobs(model or policy.model, policy.pack(samples))
+    return values
 
 
 def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path):
@@ -63,17 +52,14 @@ def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path
 
     def logp(model_dir, completion):
         policy = stage.Policy(model_dir, CFG)
-        ids, attention, mask, targets, temps = policy.batch(
-            [stage.Sample("agent", prompt, completion, [0.0] * 3, 0.0)])
-        with torch.no_grad():
-            values, _ = policy.logprobs(policy.model, ids, attention, targets, temps, mask)
-        return values[mask].sum().item()
+        return loss_logprobs(policy, [stage.Sample.of_turn("agent", prompt, completion,
+                                                           [0.0] * 3, 0.0)]).sum().item()
 
     rollouts = [Rollout(env_id="env_x", seed=i, reward=r, meta={"temperature": 1.0},
                         turns=[Turn(action="a", prompt_ids=prompt, completion_ids=c,
                                     logprobs=[logp_sampled] * 3)])
                 for i, (r, c, logp_sampled) in enumerate([(1.0, good, -6.0), (0.0, bad, -6.0)])]
-    cfg = stage.Config(lr=1e-2, batch_size=2, micro_batch=2, weight_decay=0.0)
+    cfg = stage.Config(lr=1e-2, batch_size=2, weight_decay=0.0)
     records, out, info = stage.run(rollouts, tiny_model, str(tmp_path / "ckpt"), cfg)
     assert info["roles"] == {"agent": 2, "designer": 0}
     assert logp(str(out), good) > logp(tiny_model, good)
@@ -84,6 +70,156 @@ def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path
     assert records[0].meta["tokens_per_s"] > 0
 
 
+EOS = 3
+
+
+def multi_turn_play(seed=0, turns=3, rewrite_history=False, reward=1.0):
+    """A play whose prompts grow by the last completion and an observation, as a chat template
+    renders them; `rewrite_history` changes an earlier turn in later prompts, as templates
+    that drop earlier reasoning do."""
+    rng = random.Random(seed)
+    prompt = [1, 50, 51, 52, 2]
+    played = []
+    for turn in range(turns):
+        completion = [rng.randrange(10, 1500) for _ in range(rng.randrange(2, 7))] + [EOS]
+        played.append(Turn(action="a", prompt_ids=list(prompt), completion_ids=completion,
+                           logprobs=[rng.uniform(-3, -0.5) for _ in completion]))
+        observation = [1, rng.randrange(10, 1500), rng.randrange(10, 1500), 2]
+        prompt = prompt + completion + observation
+        if rewrite_history and turn == 0:
+            prompt[len(played[0].prompt_ids)] = 7  # the first completion, rewritten
+    return Rollout(env_id="env_m", seed=seed, reward=reward, turns=played,
+                   meta={"temperature": 0.8})
+
+
+def per_turn(play, advantage):
+    return [stage.Sample.of_turn("agent", t.prompt_ids, t.completion_ids, t.logprobs,
+                                 advantage, 0.8, play.id) for t in play.turns]
+
+
+def test_a_play_whose_turns_extend_each_other_is_one_sequence():
+    play = multi_turn_play()
+    (episode,) = stage.play_samples(play, 1.0, CFG, {})
+    last = play.turns[-1]
+    assert episode.ids == last.prompt_ids + last.completion_ids and not episode.per_turn
+    # loss on the completions only: the observations between them are context
+    assert [episode.ids[p] for p in episode.loss_positions] == \
+        [tok for t in play.turns for tok in t.completion_ids]
+    assert episode.sampled_logprobs == [lp for t in play.turns for lp in t.logprobs]
+    assert len(episode.ids) < sum(len(s.ids) for s in per_turn(play, 1.0))
+
+
+def test_episode_and_per_turn_layouts_give_the_same_logprobs_and_gradients(tiny_model):
+    """One sequence per play is only a cheaper way to compute the per-turn path's numbers."""
+    plays = [multi_turn_play(seed=s, reward=float(s % 2)) for s in range(4)]
+    episodes = [stage.play_samples(p, a, CFG, {})[0] for p, a in zip(plays, [1, -1, 0.5, -0.5])]
+    turns = [s for p, a in zip(plays, [1, -1, 0.5, -0.5]) for s in per_turn(p, a)]
+    policy = stage.Policy(tiny_model, stage.Config(micro_batch_tokens=64))
+    torch.testing.assert_close(loss_logprobs(policy, episodes), loss_logprobs(policy, turns),
+                               atol=1e-5, rtol=0)
+    policy.optimizer.step = lambda: None  # keep the weights: compare the gradients
+
+    def step(samples):
+        record = stage._optimizer_step(policy, samples, list(range(len(samples))),
+                                       [None] * len(samples), policy.cfg, 1)
+        return record, {n: p.grad.clone() for n, p in policy.model.named_parameters()}
+
+    by_episode, episode_grads = step(episodes)
+    by_turn, turn_grads = step(turns)
+    assert by_episode.stats["loss"] == pytest.approx(by_turn.stats["loss"], abs=1e-6)
+    for name, grad in episode_grads.items():
+        torch.testing.assert_close(grad, turn_grads[name], atol=1e-5, rtol=1e-4)
+    assert by_episode.stats["loss_tokens"] == by_turn.stats["loss_tokens"]
+    assert by_episode.stats["forward_tokens"] == sum(len(s.ids) for s in episodes)
+    assert by_turn.stats["forward_tokens"] == sum(len(s.ids) for s in turns)
+
+
+def test_micro_batches_by_tokens_accumulate_to_the_same_gradient(tiny_model):
+    samples = [stage.play_samples(multi_turn_play(seed=s), a, CFG, {})[0]
+               for s, a in enumerate([1.0, -1.0, 0.3])]
+
+    def grads(budget):
+        policy = stage.Policy(tiny_model, stage.Config(micro_batch_tokens=budget))
+        policy.optimizer.step = lambda: None
+        stage._optimizer_step(policy, samples, [0, 1, 2], [None] * 3, policy.cfg, 1)
+        return {n: p.grad for n, p in policy.model.named_parameters()}
+
+    one, several = grads(10_000), grads(1)  # one pass, or one sequence a pass
+    for name, grad in one.items():
+        torch.testing.assert_close(grad, several[name], atol=1e-6, rtol=1e-4)
+
+
+def test_a_template_that_rewrites_history_falls_back_to_turns_and_is_counted(tiny_model,
+                                                                             tmp_path):
+    plays = [multi_turn_play(seed=0, rewrite_history=True, reward=1.0),
+             multi_turn_play(seed=1, reward=0.0)]
+    samples, _ = stage.build_samples(plays, CFG)
+    assert [(s.source, s.per_turn) for s in samples] == \
+        [(plays[0].id, True)] * 3 + [(plays[1].id, False)]
+    records, _, info = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), CFG)
+    assert info["per_turn_fallbacks"] == 1
+    stats = records[0].stats
+    assert stats["per_turn_fallbacks"] == 1.0 and stats["padding_share"] == 0.0
+    assert stats["loss_tokens"] == sum(len(t.completion_ids) for p in plays for t in p.turns)
+    assert stats["forward_tokens"] == sum(len(s.ids) for s in samples)
+    assert records[0].meta["peak_memory_bytes"] > 0
+
+
+def reference_loss(samples, logp, old, cfg, norm):
+    """The GRPO objective written out token by token, as the reference's trainer reduces it
+    ("sample": slime's sum of per-sample token means over the batch size) or as TRL's dapo
+    does ("token")."""
+    per_sample, offset = [], 0
+    for sample in samples:
+        terms = []
+        for k, sampled in enumerate(sample.sampled_logprobs):
+            ratio = math.exp(logp[offset + k] - old[offset + k])
+            tis = min(math.exp(old[offset + k] - sampled), cfg.tis_cap)
+            clipped = min(max(ratio, 1 - cfg.clip_low), 1 + cfg.clip_high)
+            terms.append(-tis * min(ratio * sample.advantage, clipped * sample.advantage))
+        offset += len(sample.sampled_logprobs)
+        per_sample.append(terms)
+    if norm == "token":
+        return sum(map(sum, per_sample)) / sum(map(len, per_sample))
+    return sum(sum(t) / len(t) for t in per_sample) / len(per_sample)
+
+
+@pytest.mark.parametrize("norm", stage.LOSS_NORMS)
+def test_loss_norms_match_a_hand_written_reference(norm):
+    rng = random.Random(3)
+    cfg = stage.Config(loss_norm=norm)
+    for _ in range(50):
+        samples = []
+        for i in range(rng.randrange(1, 6)):
+            n = rng.randrange(1, 9)
+            samples.append(stage.Sample("agent", [0] * (n + 1), list(range(1, n + 1)),
+                                        [rng.uniform(-3, 0) for _ in range(n)],
+                                        rng.gauss(0, 2), source=f"play_{i}"))
+        tokens = sum(len(s.loss_positions) for s in samples)
+        logp = [rng.uniform(-3, 0) for _ in range(tokens)]
+        old = [lp + rng.uniform(-0.5, 0.5) for lp in logp]
+        terms, _ = stage.token_loss(
+            torch, torch.tensor(logp, dtype=torch.float64), torch.tensor(old, dtype=torch.float64),
+            torch.tensor([v for s in samples for v in s.sampled_logprobs], dtype=torch.float64),
+            torch.tensor([s.advantage for s in samples for _ in s.loss_positions],
+                         dtype=torch.float64), cfg)
+        weights = [w for s, w in zip(samples, stage.loss_weights(samples, norm))
+                   for _ in s.loss_positions]
+        ours = float((terms * torch.tensor(weights, dtype=torch.float64)).sum())
+        assert ours == pytest.approx(reference_loss(samples, logp, old, cfg, norm), abs=1e-12)
+
+
+def test_sample_norm_weighs_every_episode_alike_however_long():
+    short = stage.Sample("agent", [0, 1], [1], [0.0], 1.0, source="a")
+    long = stage.Sample("agent", [0] * 11, list(range(1, 11)), [0.0] * 10, 1.0, source="b")
+    turn_one, turn_two = (stage.Sample("agent", [0] * 3, [1, 2], [0.0] * 2, 1.0, source="c")
+                          for _ in range(2))
+    assert stage.loss_weights([short, long], "sample") == [1 / 2, 1 / 20]
+    assert stage.loss_weights([short, long], "token") == [1 / 11, 1 / 11]
+    # a play trained turn by turn is still one sample: its turns share its weight
+    assert stage.loss_weights([short, turn_one, turn_two], "sample") == [1 / 2, 1 / 8, 1 / 8]
+
+
 def test_checkpoint_loads_resumes_and_counts_steps(tiny_model, tmp_path):
     backend = load_backend(BackendSpec(name="hf", model=tiny_model))
     plays = [Rollout(env_id="env_x", seed=i, reward=float(i % 2),
@@ -91,7 +227,7 @@ def test_checkpoint_loads_resumes_and_counts_steps(tiny_model, tmp_path):
                                  logprobs=c.logprobs)])
              for i, c in enumerate(backend.chat([[{"role": "user", "content": "go"}]] * 4,
                                                 Sampling(max_tokens=6, seed=0)))]
-    cfg = stage.Config(lr=1e-3, batch_size=2, micro_batch=2)
+    cfg = stage.Config(lr=1e-3, batch_size=2)
     records, out, _ = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
     assert out.name == "step-000002" and [r.step for r in records] == [1, 2]
     state = json.loads((out / stage.STATE_FILE).read_text())
@@ -131,7 +267,7 @@ def test_lora_update_saves_a_plain_checkpoint(tiny_model, tmp_path):
                      turns=[Turn(action="a", prompt_ids=c.prompt_ids,
                                  completion_ids=c.completion_ids, logprobs=c.logprobs)])
              for i, c in enumerate(done)]
-    cfg = stage.Config(lr=1e-2, batch_size=2, micro_batch=2, lora_rank=4)
+    cfg = stage.Config(lr=1e-2, batch_size=2, lora_rank=4)
     records, out, _ = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
     assert records[0].stats["grad_norm"] > 0
     assert not (out / "adapter_config.json").exists()  # merged: every backend loads it
@@ -174,7 +310,7 @@ def test_a_non_finite_loss_stops_the_update_and_writes_no_checkpoint(tiny_model,
     design = Design(completion="x", prompt_ids=[5, 6], completion_ids=[7, 8],
                     logprobs=[-1.0, -1.0])
     regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=1e300)  # inf in fp32
-    cfg = stage.Config(batch_size=1, micro_batch=1)
+    cfg = stage.Config(batch_size=1)
     with pytest.raises(stage.Diverged, match="step 1: loss .*not finite, so no checkpoint") \
             as raised:
         stage.run([design, regret], tiny_model, str(tmp_path / "ckpt"), cfg)
@@ -196,7 +332,7 @@ def test_a_checkpoint_with_a_non_finite_weight_is_never_saved(tiny_model, tmp_pa
 
 def test_one_step_per_round_over_whole_episodes_by_default():
     """The reference: one optimizer step per round; an episode's turns never split."""
-    samples = [stage.Sample("agent", [1], [2], [0.0], 0.0, source=f"play_{i // 3}")
+    samples = [stage.Sample.of_turn("agent", [1], [2], [0.0], 0.0, source=f"play_{i // 3}")
                for i in range(30)]  # 10 plays of 3 turns
     (only,) = stage.plan_steps(samples, stage.Config(), seed=0)
     assert sorted(only) == list(range(30))
