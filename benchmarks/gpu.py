@@ -19,9 +19,10 @@ bounded by its own timeout and by what is left of --budget:
            whose completion ids match between the two runs (seeds come from play and turn).
   hf       the same rollout through the hf backend (it batches turn by turn): the GPU baseline,
            and the only rollout on a machine without vLLM.
-  train    benchmarks/train.py's bench_model on the same model: train-grpo's update (fp32
-           weights, bf16 autocast, as `spade train-grpo` on CUDA) against a plain
-           forward+backward+AdamW step; MFU = 6 x params x processed tokens / s / peak.
+  train    benchmarks/train.py's bench_shape on the same model: train-grpo's update over
+           multi-turn plays (one packed sequence per episode; fp32 weights, bf16 autocast, as
+           `spade train-grpo` on CUDA) against a plain forward+backward+AdamW step of the same
+           packed tokens; MFU = 6 x params x forward tokens / s / peak.
   serve    `spade run` on a 2-round recipe with a `[serve]` table: one vLLM server for the run,
            asleep while train-grpo has the GPU, reloading each checkpoint. Engine starts, start,
            sleep and reload seconds are read from RUN/run.log.
@@ -91,11 +92,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.dry_run:
         return dict(shape="tiny", device="cpu", plays=2, hf_plays=1, concurrency=16,
                     max_tokens=24, mean_tokens=8, max_turns=2, context_length=8192,
-                    train_samples=4, train_prompt=32, train_completion=16, train_micro=2,
+                    train_plays=2, train_shape=(2, 16, 8, 32), train_micro=256,
                     serve_plays=1, serve_batch=16, serve_micro=16, serve_start=1500)
     return dict(shape=args.shape, device="cuda", plays=16, hf_plays=2, concurrency=64,
                 max_tokens=512, mean_tokens=128, max_turns=4, context_length=8192,
-                train_samples=64, train_prompt=768, train_completion=256, train_micro=8,
+                train_plays=16, train_shape=(4, 256, 128, 768), train_micro=16384,
                 serve_plays=4, serve_batch=64, serve_micro=8, serve_start=300)
 
 
@@ -268,10 +269,13 @@ def section_train(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     from stages.models import transformers_quiet
 
     transformers_quiet()
-    options = argparse.Namespace(samples=s["train_samples"], prompt=s["train_prompt"],
-                                 completion=s["train_completion"], micro_batch=s["train_micro"],
+    turns, completion, observation, first = s["train_shape"]
+    options = argparse.Namespace(plays=s["train_plays"], micro_batch_tokens=s["train_micro"],
+                                 plain_micro_batch_tokens=s["train_micro"],
+                                 per_turn_micro_batch=4, sides=["spade", "plain"], repeats=1,
                                  seed=0, peak_tflops=a.peak_tflops)
-    return bench.bench_model(Path(a.model), options, s["device"], 1, time.perf_counter())
+    return bench.bench_shape("gpu", bench.Shape(turns, completion, observation, first),
+                             Path(a.model), options, s["device"])
 
 
 # -- serve --------------------------------------------------------------------------------------
@@ -444,14 +448,18 @@ def rows_for(results: dict[str, Any], a: argparse.Namespace) -> list[list[str]]:
             name = "train-grpo update" if side == "spade" else "plain fwd+bwd+AdamW"
             mfu = run.get("mfu")
             rows.append(["train", f"{name} MFU", f"{mfu:.1%}" if mfu is not None else "-",
-                         f"{run['tokens_per_s']:.0f} completion tok/s, {run['seconds']:.2f} s "
-                         f"for {t['processed_tokens']} tokens"
+                         f"{run['loss_tokens_per_s']:.0f} loss tok/s, {run['seconds']:.2f} s "
+                         f"for {run['forward_tokens']:.0f} tokens, peak "
+                         f"{run['peak_above_bytes'] / 2 ** 30:.1f} GiB above the model"
                          + (f"; {mfu * a.peak_tflops / MEASURED_TFLOPS:.1%} of the "
                             f"{MEASURED_TFLOPS:g} TFLOP/s measured matmul" if mfu else "")])
-        rows.append(["train", "train-grpo / plain step", f"{t['sides']['spade']['ratio_vs_plain']:.2f}x",
-                     f"{t['samples']} samples x ({t['prompt']}+{t['completion']}) tokens, "
-                     f"micro-batch {t['micro_batch']}, "
-                     f"{'bf16 autocast' if t['autocast_bf16'] else 'fp32'} on {t['device']}"])
+        shape = t["shape"]
+        speed = ratio(t["sides"]["spade"]["loss_tokens_per_s"],
+                      t["sides"]["plain"]["loss_tokens_per_s"])
+        rows.append(["train", "train-grpo / plain step", f"{speed:.2f}x",
+                     f"{t['plays']} plays of {shape['turns']} x ({shape['completion']} + "
+                     f"{shape['observation']}) after {shape['first_prompt']} tokens, "
+                     f"packed, on {t['device']}"])
     v = results.get("serve", {})
     if not skipped("serve", "server-mode rounds"):
         rows.append(["serve", "engine starts per run", str(len(v["starts"])),

@@ -1,68 +1,62 @@
-"""Train benchmark: train-grpo tokens/s against a plain transformers training step, same run.
+"""Train benchmark: train-grpo on episodes shaped like the paper's, against the per-turn path it
+replaced and a plain forward+backward of the same tokens, all in the same run.
 
-What it measures, per model config, on one fixed batch:
-  batch        N samples (default 16), each a prompt of P random token ids (default 192) and a
-               completion of C random token ids (default 64), from a seeded generator, ids below
-               the smaller of the tokenizer's and the model's vocab; advantages alternate +1/-1;
-               sampled logprobs are the model's own (scored by `_start_logprobs` outside the
-               timing, before every spade round, since the policy trains), so TIS weights are
-               ~1. Micro-batch M (default 8): N/M forward/backward passes per optimizer step
-               (gradient accumulation) on both sides.
-  spade        `Policy(model_dir, Config(batch_size=N, micro_batch=M, lr=1e-5))`, then
-               `list(update(policy, samples, [every index], cfg, 0))`: one optimizer step
-               (`_optimizer_step`: PPO-clip + TIS loss, entropy, grad clipping, AdamW), whose
-               training forward gives the start logprobs, so the no-grad pass
-               (`_start_logprobs`) runs only for a model with dropout. Both are timed
-               separately by wrappers around the module functions (the rest of `update` is
-               shown as "other").
-  plain        the same model loaded fresh from the same folder, the same padded batch (built
-               once, outside the timing, already on the device), `model(input_ids,
-               attention_mask, labels=...)` with labels masked to the completion tokens,
-               `(loss * tokens_in_micro_batch / tokens_in_batch).backward()` per micro-batch,
-               `AdamW.step()` with the same hyperparameters. No grad clipping, no extras.
-  plain+nograd the plain step preceded by a no-grad eval-mode forward over the same micro-batches
-               that gathers the completion tokens' logprobs (what GRPO fundamentally needs:
-               old logprobs plus one training pass).
-  Sides are interleaved (spade, plain, plain+nograd, then again); 1 warm-up round, then the
-  median of 3 timed rounds per side (--quick: 1). tokens/s = completion tokens / seconds; ratio
-  = tokens/s against plain (the target) and against plain+nograd (shown, no target). On CUDA
-  the weights stay fp32 with bf16 autocast on both sides (as `Policy` does), and MFU is shown:
-  6 * params * processed tokens (N * (P + C)) / seconds / peak (--peak-tflops, default 989 for
-  an H200's dense bf16).
-
-Configs:
-  tiny        `stages.models.tiny` defaults (hidden 64, 2 layers, its default vocab)
-  small       `tiny(hidden=256, layers=4, vocab=1024)`; should the BPE learn fewer than 1024 tokens
-              from its corpus, the saved model's embeddings are resized to 1024 rows
-  qwen3-0.6b  a Qwen3-0.6B-shaped Qwen3Config (hidden 1024, 28 layers, 16 heads, 8 kv heads,
-              head_dim 128, intermediate 3072, vocab 151936, tied embeddings), random weights,
-              saved in bf16 beside the tokenizer from `tiny`. For a GPU: run by default only when
-              CUDA is available, on CPU only when asked with --config qwen3-0.6b.
+What it measures, per episode shape, on one fixed batch of P plays (default 2):
+  model        a Qwen3-shaped model with the real vocabulary (151,936, tied embeddings as
+               Qwen3-4B) and a small body (default hidden 256, 2 layers), random weights, built
+               offline beside the tiny model's tokenizer. Gradient checkpointing on, as in the
+               paper recipes. Token ids are random below the vocabulary size.
+  episodes     T turns of C completion tokens, each followed by O observation tokens, after a
+               first prompt of 1,500 tokens: every turn's prompt is the previous prompt plus its
+               completion plus the observation, as a chat template renders a conversation.
+               Shapes: realistic 6 x (500 + 300), heavy 10 x (1,500 + 500) (the study's cases).
+  spade        `stages.train_grpo.update` on `build_samples` of those plays: one sequence per
+               episode, packed micro-batches of --micro-batch-tokens, logits only at loss
+               positions in chunks, one optimizer step.
+  per-turn     the path train-grpo had before (main at 9ac5433), rebuilt here as the baseline:
+               every turn its own sample, micro-batches of --per-turn-micro-batch turns (4, as
+               the 4B recipes had; fewer when its logits would not fit in the memory here, and
+               the table says so) right-padded, logits kept from the micro-batch's first
+               completion position to its end, in fp32 over the whole vocabulary.
+  plain        the spade side's packed rows through `model(input_ids, position_ids, labels)`
+               (full logits, the library's own loss), backward, AdamW: the tokens/s baseline.
+  body         the decoder alone, forward and backward, on spade's rows and on the per-turn
+               rows: what a step costs without the output head, so peak - body = the logits'
+               share of each layout's peak.
+  Sides are interleaved; 1 warm-up round, then the median of --repeats timed rounds.
+  Peak memory is the step's peak above the memory held before it: the CUDA allocator's peak,
+  or on CPU the resident high-water mark (VmHWM, reset through /proc/self/clear_refs, with
+  glibc set to give freed blocks back at once).
 
 How to run:
-  python benchmarks/train.py                      # tiny and small (+ qwen3-0.6b on CUDA)
-  python benchmarks/train.py --quick              # one timed round per side
-  python benchmarks/train.py --config small --json out.json
-  python benchmarks/train.py --config qwen3-0.6b --peak-tflops 989
-  python benchmarks/train.py --threads 1         # steadier on a shared, busy CPU box
+  python benchmarks/train.py                         # both shapes, 2 plays each
+  python benchmarks/train.py --shape realistic --plays 16 --sides spade
+  python benchmarks/train.py --hidden 2560 --layers 4 --json out.json   # on a GPU
 
-Targets (a final PASS/MISS line per config; the exit status is 0 either way, since this is a
-measurement): train-grpo tokens/s at least 0.9x the plain forward+backward+AdamW step.
-Exit 69 (with a message) when torch, transformers or trl is unavailable, or CUDA is asked for and
+Targets (a PASS/MISS line each; the exit status is 0 either way, this is a measurement):
+  forward tokens per play at most 1.1x the episode's own length (spade);
+  the logits' share of spade's peak at most 1/8 of the per-turn path's;
+  spade's loss tokens/s at least 0.9x plain's.
+Exit 69 (with a message) when torch or transformers is unavailable, or CUDA is asked for and
 missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import logging
 import os
 import platform
+import random
+import re
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,316 +70,414 @@ if str(_HERE.parent) not in sys.path:
 from benchmarks.common import exit_69_when_unavailable, finish, ratio, table  # noqa: E402
 from stages.backends import BackendUnavailable  # noqa: E402
 
-TARGET_RATIO = 0.9
-CONFIGS = ("tiny", "small", "qwen3-0.6b")
-SIDES = ("spade", "plain", "plain+nograd")
-SMALL_VOCAB = 1024
-QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                 vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=40960,
-                 rms_norm_eps=1e-6)
+FIRST_PROMPT = 1500
+QWEN3_VOCAB = 151936
+SIDES = ("spade", "per-turn", "plain", "body", "body per-turn")
+TARGET_FORWARD = 1.1
+TARGET_LOGITS = 1 / 8
+TARGET_SPEED = 0.9
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
-# -- numbers and printing -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    turns: int
+    completion: int
+    observation: int
+    first_prompt: int = FIRST_PROMPT
+
+    @property
+    def episode_tokens(self) -> int:
+        return self.first_prompt + self.turns * (self.completion + self.observation) - \
+            self.observation  # the last observation is never read
+
+    def describe(self) -> str:
+        return f"{self.turns} x ({self.completion} + {self.observation}) after {self.first_prompt}"
 
 
+SHAPES = {"realistic": Shape(6, 500, 300), "heavy": Shape(10, 1500, 500)}
 
 
-# -- models -------------------------------------------------------------------------------------
+# -- the model and the plays --------------------------------------------------------------------
 
-def build_model(name: str, folder: Path, device: str) -> Path:
-    """Write config `name` as an HF folder (model + tokenizer) under `folder`."""
+def build_model(folder: Path, hidden: int, layers: int, vocab: int, device: str) -> Path:
+    """A Qwen3-shaped model with random weights and the tiny model's tokenizer (for saving)."""
     import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     from stages import models
 
-    out = folder / name
-    if name == "tiny":
-        return models.tiny(out)
-    if name == "small":
-        path = models.tiny(out, hidden=256, layers=4, vocab=SMALL_VOCAB)
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        if model.config.vocab_size < SMALL_VOCAB:  # the tiny BPE corpus learns fewer tokens
-            torch.manual_seed(0)
-            model.resize_token_embeddings(SMALL_VOCAB, mean_resizing=False)
-            model.save_pretrained(path)
-        return path
-    if name == "qwen3-0.6b":
-        from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
-
-        path = models.tiny(out)  # for its tokenizer; the model files are replaced below
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        config = Qwen3Config(**QWEN3_06B, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-        torch.manual_seed(0)
-        with torch.device(device):
-            model = Qwen3ForCausalLM(config)
-        model.to(torch.bfloat16).save_pretrained(path)
-        return path
-    raise ValueError(f"unknown config {name!r}")
+    path = models.tiny(folder / "model")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    heads = max(1, hidden // 64)
+    config = Qwen3Config(hidden_size=hidden, intermediate_size=hidden * 3,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=max(1, heads // 2), head_dim=64, vocab_size=vocab,
+                         tie_word_embeddings=True, max_position_embeddings=65536,
+                         pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    model.save_pretrained(path)
+    return path
 
 
-def model_facts(path: Path) -> dict[str, Any]:
-    config = json.loads((path / "config.json").read_text())
-    return {key: config.get(key) for key in ("model_type", "hidden_size", "num_hidden_layers",
-                                             "intermediate_size", "vocab_size",
-                                             "tie_word_embeddings")}
+def make_plays(shape: Shape, plays: int, vocab: int, seed: int) -> list:
+    from stages.records import Rollout, Turn
+
+    rng = random.Random(seed)
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(vocab) for _ in range(n)]
+
+    out = []
+    for index in range(plays):
+        prompt, turns = ids(shape.first_prompt), []
+        for _ in range(shape.turns):
+            completion = ids(shape.completion)
+            turns.append(Turn(action="a", prompt_ids=prompt, completion_ids=completion,
+                              logprobs=[-12.0] * shape.completion))
+            prompt = prompt + completion + ids(shape.observation)
+        out.append(Rollout(env_id="env_bench", seed=index, reward=float(index % 2),
+                           turns=turns))
+    return out
 
 
-# -- the batch ----------------------------------------------------------------------------------
+# -- memory and time ------------------------------------------------------------------------------
 
-def make_samples(n: int, prompt: int, completion: int, id_limit: int, seed: int) -> list:
+class Meter:
+    """Seconds and peak memory above what was held at the start, with the device drained."""
+
+    def __init__(self, torch, device: str):
+        from stages.train_grpo import PeakMemory
+
+        self.torch, self.device, self.peak = torch, device, PeakMemory(torch, device)
+        self.cuda = device.startswith("cuda")
+        self.libc = None
+        if not self.cuda:
+            # glibc keeps freed blocks for reuse, and a side would then grow into what the
+            # previous side freed without raising the resident peak: map every block of
+            # 128 KiB or more on its own (freed at once), and trim the heap before each side
+            self.libc = ctypes.CDLL("libc.so.6")
+            self.libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+
+    def held(self) -> int:
+        if self.cuda:
+            return int(self.torch.cuda.memory_allocated(self.device))
+        found = re.search(r"^VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+        return int(found.group(1)) * 1024
+
+    def __call__(self, fn: Callable[[], dict]) -> dict:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        else:
+            self.libc.malloc_trim(0)
+        before = self.held()
+        self.peak.reset()
+        start = time.perf_counter()
+        result = fn()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        peak = self.peak.read() or before
+        return {**result, "seconds": seconds, "peak_above_bytes": max(0, peak - before)}
+
+
+def available(device: str) -> int:
+    """Bytes a new allocation can still get: free CUDA memory, or MemAvailable on CPU."""
     import torch
 
-    from stages.train_grpo import Sample
-
-    gen = torch.Generator().manual_seed(seed)
-    samples = []
-    for i in range(n):
-        ids = torch.randint(0, id_limit, (prompt + completion,), generator=gen).tolist()
-        samples.append(Sample(role="agent", prompt_ids=ids[:prompt], completion_ids=ids[prompt:],
-                              sampled_logprobs=[0.0] * completion,
-                              advantage=1.0 if i % 2 == 0 else -1.0, source=f"bench-{i}"))
-    return samples
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info()[0])
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+    return int(found.group(1)) * 1024
 
 
-def score_samples(policy: Any, samples: list, cfg: Any) -> None:
-    """Set each sample's sampled logprobs to the model's own (so TIS weights are ~1)."""
-    from stages import train_grpo
+# -- the sides --------------------------------------------------------------------------------
 
-    for sample, logp in zip(samples, train_grpo._start_logprobs(policy, samples, cfg)):
-        sample.sampled_logprobs = [float(v) for v in logp]
+class Side:
+    """A freshly loaded model and optimizer (the same weights on every side)."""
 
+    def __init__(self, model_dir: Path, cfg: Any):
+        from stages.train_grpo import Policy
 
-# -- the two sides ------------------------------------------------------------------------------
-
-class Clock:
-    """Wall time with the device drained at both ends."""
-
-    def __init__(self, torch: Any, device: str):
-        self.sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-    def __call__(self) -> float:
-        self.sync()
-        return time.perf_counter()
+        self.policy = Policy(str(model_dir), cfg)
+        self.torch, self.cfg = self.policy.torch, cfg
 
 
-class SpadeSide:
-    """train-grpo's `update`, with `_start_logprobs` and `_optimizer_step` timed inside it."""
-
-    def __init__(self, model_dir: Path, cfg: Any, samples: list, clock: Clock):
+class SpadeSide(Side):
+    def __init__(self, model_dir: Path, cfg: Any, plays: list):
         from stages import train_grpo
 
-        self.module, self.cfg, self.samples, self.clock = train_grpo, cfg, samples, clock
-        self.policy = train_grpo.Policy(str(model_dir), cfg)
-        self.parts: dict[str, float] = {}
+        super().__init__(model_dir, cfg)
+        self.stage = train_grpo
+        self.samples, _ = train_grpo.build_samples(plays, cfg)
+        # the sampler's logprobs are the model's own, so TIS weights are ~1 (untimed)
+        for sample, logp in zip(self.samples,
+                                train_grpo._start_logprobs(self.policy, self.samples, cfg)):
+            sample.sampled_logprobs = [float(v) for v in logp]
 
-    def timed(self, key: str, fn: Callable) -> Callable:
-        def wrapper(*args, **kwargs):
-            start = self.clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.parts[key] = self.parts.get(key, 0.0) + self.clock() - start
-        return wrapper
-
-    def run(self) -> dict[str, float]:
-        module = self.module
-        # the policy moved in earlier rounds: rescore (untimed) so TIS weights stay ~1
-        score_samples(self.policy, self.samples, self.cfg)
-        originals = module._start_logprobs, module._optimizer_step
-        module._start_logprobs = self.timed("start_logprobs", originals[0])
-        module._optimizer_step = self.timed("optimizer_step", originals[1])
-        self.parts = {"start_logprobs": 0.0, "optimizer_step": 0.0}
-        try:
-            start = self.clock()
-            # one optimizer step over the whole batch (what `plan_steps` gives for one
-            # epoch with batch_size = N): its training forward scores the start policy
-            trained = list(module.update(self.policy, self.samples,
-                                         [list(range(len(self.samples)))], self.cfg, 0))
-            seconds = self.clock() - start
-        finally:
-            module._start_logprobs, module._optimizer_step = originals
-        stats = trained[-1].stats
-        return {"seconds": seconds, **self.parts,
-                "other": seconds - self.parts["start_logprobs"] - self.parts["optimizer_step"],
-                "steps": len(trained), "loss": stats.get("loss", float("nan")),
-                "tis_weight": stats.get("tis_weight", float("nan")),
-                "clip_frac": stats.get("clip_frac", float("nan"))}
+    def run(self) -> dict:
+        (record,) = self.stage.update(self.policy, self.samples, [list(range(len(self.samples)))],
+                                      self.cfg, 0)
+        return {"forward_tokens": record.stats["forward_tokens"],
+                "loss_tokens": record.stats["loss_tokens"], "loss": record.stats["loss"]}
 
 
-class PlainSide:
-    """A plain causal-LM step: forward with labels, backward, AdamW.step (grad accumulation)."""
+class PerTurnSide(Side):
+    """The per-turn path train-grpo had before one sequence per episode (main at 9ac5433)."""
 
-    def __init__(self, model_dir: Path, cfg: Any, samples: list, device: str, autocast: bool,
-                 clock: Clock):
-        from stages.backends.hf import import_torch_transformers
+    def __init__(self, model_dir: Path, cfg: Any, plays: list, micro_batch: int):
+        from stages.train_grpo import Sample
 
-        torch, transformers = import_torch_transformers()
-        self.torch, self.device, self.autocast, self.clock = torch, device, autocast, clock
-        torch.manual_seed(cfg.seed)
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir),
-                                                                  dtype=torch.float32)
-        self.model = model.to(device)
-        self.model.config.use_cache = False
-        self.model.train()
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas,
-            weight_decay=cfg.weight_decay)
-        self.params = sum(p.numel() for p in self.model.parameters())
-        self.total = sum(len(s.completion_ids) for s in samples)
-        self.micro = [self.padded(samples[i:i + cfg.micro_batch])
-                      for i in range(0, len(samples), cfg.micro_batch)]
+        super().__init__(model_dir, cfg)
+        self.samples = [Sample.of_turn("agent", t.prompt_ids, t.completion_ids, t.logprobs,
+                                       1.0 if p.reward else -1.0, 1.0, p.id)
+                        for p in plays for t in p.turns]
+        self.micro_batch = micro_batch
 
-    def padded(self, chunk: list) -> dict[str, Any]:
-        """Right-padded ids, attention, labels (-100 off the completion) and the shifted mask."""
-        torch = self.torch
-        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+    def padded(self, chunk: list):
+        """Right-padded ids, attention, the completion mask and targets (shifted by one)."""
+        torch, device = self.torch, self.policy.device
+        width = max(len(s.ids) for s in chunk)
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
         attention = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)
+        mask = torch.zeros((len(chunk), width - 1), dtype=torch.bool)
+        targets = torch.zeros((len(chunk), width - 1), dtype=torch.long)
         for row, s in enumerate(chunk):
-            seq = s.prompt_ids + s.completion_ids
-            ids[row, :len(seq)] = torch.tensor(seq)
-            attention[row, :len(seq)] = 1
-            labels[row, len(s.prompt_ids):len(seq)] = torch.tensor(s.completion_ids)
-        shifted = labels[:, 1:]
-        return {"ids": ids.to(self.device), "attention": attention.to(self.device),
-                "labels": labels.to(self.device), "mask": (shifted != -100).to(self.device),
-                "targets": shifted.clamp(min=0).to(self.device),
-                "tokens": int((labels != -100).sum())}
+            ids[row, :len(s.ids)] = torch.tensor(s.ids)
+            attention[row, :len(s.ids)] = 1
+            start, end = s.loss_positions[0] - 1, s.loss_positions[-1]
+            mask[row, start:end] = True
+            targets[row, start:end] = torch.tensor(s.ids[start + 1:end + 1])
+        return ids.to(device), attention.to(device), mask.to(device), targets.to(device)
 
-    def context(self):
-        return self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.autocast)
+    def logits_bytes(self, vocab: int) -> int:
+        """The largest logits tensor a micro-batch of this path makes: rows x kept x vocab fp32
+        (it makes about three of them at once: logits, their log-softmax, the gradient)."""
+        largest = 0
+        for chunk in self.batches():
+            width = max(len(s.ids) for s in chunk)
+            first = min(s.loss_positions[0] for s in chunk) - 1
+            largest = max(largest, len(chunk) * (width - first) * vocab * 4)
+        return largest
 
-    def old_logprobs(self) -> list:
-        torch = self.torch
+    def batches(self):
+        for first in range(0, len(self.samples), self.micro_batch):
+            yield self.samples[first:first + self.micro_batch]
+
+    def run(self) -> dict:
+        from stages.train_grpo import token_loss
+        from trl.trainer.utils import selective_log_softmax
+
+        torch, policy = self.torch, self.policy
+        total = sum(len(s.loss_positions) for s in self.samples)
+        forward = 0
+        policy.optimizer.zero_grad(set_to_none=True)
+        for chunk in self.batches():
+            ids, attention, mask, targets = self.padded(chunk)
+            forward += ids.numel()
+            first = int(mask.any(0).int().argmax())
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
+                logits = policy.model(input_ids=ids, attention_mask=attention,
+                                      logits_to_keep=ids.shape[1] - first).logits[:, :-1].float()
+            logp = torch.nn.functional.pad(selective_log_softmax(logits, targets[:, first:]),
+                                           (first, 0))[mask]
+            advantages = torch.tensor([s.advantage for s in chunk for _ in s.loss_positions])
+            terms, _ = token_loss(torch, logp, logp.detach(), logp.detach(),
+                                  advantages.to(logp.device), self.cfg)
+            (terms.sum() / total).backward()
+            del logits, logp, terms
+        policy.optimizer.step()
+        return {"forward_tokens": float(forward), "loss_tokens": float(total),
+                "micro_batch": self.micro_batch}
+
+
+class PlainSide(SpadeSide):
+    """Spade's sequences, packed, through the model's own forward with labels: full fp32
+    logits at every position, so its micro-batches hold fewer tokens (--plain-micro-batch-tokens)
+    or a real vocabulary would not fit."""
+
+    def __init__(self, model_dir: Path, cfg: Any, plays: list, budget: int):
+        super().__init__(model_dir, cfg, plays)
+        self.budget = budget
+
+    def run(self) -> dict:
+        from stages.packing import micro_batches
+
+        torch, policy = self.torch, self.policy
+        total = sum(len(s.loss_positions) for s in self.samples)
+        policy.optimizer.zero_grad(set_to_none=True)
+        for rows in micro_batches([len(s.ids) for s in self.samples], self.budget):
+            chunk = [self.samples[i] for i in rows]
+            packed = policy.pack(chunk)
+            labels = torch.full_like(packed.ids, -100)
+            labels[0, packed.predictors + 1] = packed.targets
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
+                out = policy.model(input_ids=packed.ids, position_ids=packed.positions,
+                                   labels=labels)
+            (out.loss * (packed.targets.numel() / total)).backward()
+            del out
+        policy.optimizer.step()
+        return {"forward_tokens": float(sum(len(s.ids) for s in self.samples)),
+                "loss_tokens": float(total)}
+
+
+class BodySide(Side):
+    """The decoder alone, forward and backward, on the rows of another side's layout."""
+
+    def __init__(self, model_dir: Path, cfg: Any, rows: Callable[[], list]):
+        super().__init__(model_dir, cfg)
+        self.rows = rows
+
+    def run(self) -> dict:
+        torch, policy = self.torch, self.policy
+        decoder = policy.model.get_decoder()
+        for kwargs, picked in self.rows():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
+                hidden = decoder(use_cache=False, **kwargs).last_hidden_state
+            hidden[picked].float().square().mean().backward()
+            del hidden
+        policy.model.zero_grad(set_to_none=True)
+        return {}
+
+
+def packed_rows(spade: SpadeSide, device_cfg: Any) -> Callable[[], list]:
+    from stages.packing import micro_batches
+
+    def rows() -> list:
         out = []
-        self.model.eval()
-        with torch.no_grad():
-            for mb in self.micro:
-                with self.context():
-                    logits = self.model(input_ids=mb["ids"], attention_mask=mb["attention"]).logits
-                picked = logits[:, :-1][mb["mask"]].float()
-                logp = picked.log_softmax(-1).gather(-1, mb["targets"][mb["mask"]][:, None])
-                out.append(logp.squeeze(-1).cpu())
-        self.model.train()
+        for group in micro_batches([len(s.ids) for s in spade.samples],
+                                   device_cfg.micro_batch_tokens):
+            packed = spade.policy.pack([spade.samples[i] for i in group])
+            out.append(({"input_ids": packed.ids, "position_ids": packed.positions},
+                        (0, packed.predictors)))
         return out
-
-    def step(self) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for mb in self.micro:
-            with self.context():
-                out = self.model(input_ids=mb["ids"], attention_mask=mb["attention"],
-                                 labels=mb["labels"])
-            loss = out.loss * (mb["tokens"] / self.total)
-            loss.backward()
-            loss_sum += float(loss.detach())
-        self.optimizer.step()
-        return loss_sum
-
-    def run(self, nograd: bool) -> dict[str, float]:
-        start = self.clock()
-        nograd_seconds = 0.0
-        if nograd:
-            self.old_logprobs()
-            nograd_seconds = self.clock() - start
-        loss = self.step()
-        seconds = self.clock() - start
-        return {"seconds": seconds, "nograd": nograd_seconds,
-                "step": seconds - nograd_seconds, "loss": loss}
-
-
-# -- one config ---------------------------------------------------------------------------------
-
-def median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
-    """The round with the median time (the lower middle one for an even count), all times kept."""
-    ordered = sorted(rounds, key=lambda r: r["seconds"])
-    return {**ordered[(len(ordered) - 1) // 2], "rounds": [r["seconds"] for r in rounds]}
-
-
-def bench_config(name: str, args: argparse.Namespace, device: str, scratch: Path,
-                 repeats: int) -> dict[str, Any]:
-    built = time.perf_counter()
-    return bench_model(build_model(name, scratch, device), args, device, repeats, built)
-
-
-def bench_model(path: Path, args: argparse.Namespace, device: str, repeats: int,
-                started: float) -> dict[str, Any]:
-    """Both sides on the model folder `path` (benchmarks/gpu.py brings its own model);
-    `started`: the perf_counter() from which setup time counts."""
-    import torch
-
-    from stages import train_grpo
-
-    cfg = train_grpo.Config(batch_size=args.samples, micro_batch=args.micro_batch, lr=1e-5,
-                            device=device)
-    clock = Clock(torch, device)
-    spade = SpadeSide(path, cfg, [], clock)
-    id_limit = min(len(spade.policy.tokenizer), spade.policy.model.config.vocab_size)
-    samples = make_samples(args.samples, args.prompt, args.completion, id_limit, args.seed)
-    score_samples(spade.policy, samples, cfg)
-    spade.samples = samples
-    plain = PlainSide(path, cfg, samples, spade.policy.device, spade.policy.autocast, clock)
-    setup_seconds = time.perf_counter() - started
-    runs: dict[str, Callable[[], dict[str, float]]] = {
-        "spade": spade.run, "plain": lambda: plain.run(False),
-        "plain+nograd": lambda: plain.run(True)}
-    rounds: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-    for index in range(1 + repeats):  # round 0 is the warm-up
-        for side in SIDES:
-            result = runs[side]()
-            if index:
-                rounds[side].append(result)
-    tokens = sum(len(s.completion_ids) for s in samples)
-    processed = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    result: dict[str, Any] = {
-        "model": model_facts(path), "params": plain.params, "device": spade.policy.device,
-        "autocast_bf16": spade.policy.autocast, "samples": len(samples),
-        "prompt": args.prompt, "completion": args.completion, "micro_batch": cfg.micro_batch,
-        "completion_tokens": tokens, "processed_tokens": processed,
-        "setup_seconds": setup_seconds, "sides": {}}
-    for side in SIDES:
-        r = median_round(rounds[side])
-        r["tokens_per_s"] = tokens / r["seconds"]
-        if device.startswith("cuda"):
-            r["mfu"] = 6 * plain.params * processed / r["seconds"] / (args.peak_tflops * 1e12)
-        result["sides"][side] = r
-    base = result["sides"]["plain"]["tokens_per_s"]
-    base_nograd = result["sides"]["plain+nograd"]["tokens_per_s"]
-    for r in result["sides"].values():
-        r["ratio_vs_plain"] = ratio(r["tokens_per_s"], base)
-        r["ratio_vs_plain_nograd"] = ratio(r["tokens_per_s"], base_nograd)
-    return result
-
-
-def config_rows(name: str, r: dict[str, Any], cuda: bool) -> list[list[Any]]:
-    rows = []
-    for side in SIDES:
-        s = r["sides"][side]
-        row = [name if side == "spade" else "", side, s["seconds"], s["tokens_per_s"],
-               s["ratio_vs_plain"], s["ratio_vs_plain_nograd"]]
-        if cuda:
-            row.append(f"{s['mfu']:.1%}")
-        rows.append(row)
     return rows
 
 
-def breakdown_rows(name: str, r: dict[str, Any]) -> list[list[Any]]:
-    s, p, q = r["sides"]["spade"], r["sides"]["plain"], r["sides"]["plain+nograd"]
+def padded_rows(per_turn: PerTurnSide) -> Callable[[], list]:
+    def rows() -> list:
+        out = []
+        for chunk in per_turn.batches():
+            ids, attention, mask, _ = per_turn.padded(chunk)
+            out.append(({"input_ids": ids, "attention_mask": attention},
+                        per_turn.torch.nn.functional.pad(mask, (0, 1))))
+        return out
+    return rows
 
-    def share(base: float, ours: float) -> Any:
-        return ratio(base, ours) if ours > 0 else "-"
 
-    return [[name, "no-grad pass", s["start_logprobs"], q["nograd"],
-             share(q["nograd"], s["start_logprobs"])],
-            ["", "training step", s["optimizer_step"], p["step"],
-             share(p["step"], s["optimizer_step"])],
-            ["", "other", s["other"], 0.0, "-"],
-            ["", "total", s["seconds"], q["seconds"], share(q["seconds"], s["seconds"])]]
+# -- one shape --------------------------------------------------------------------------------
+
+def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespace,
+                device: str) -> dict[str, Any]:
+    import torch
+
+    from stages import train_grpo
+
+    cfg = train_grpo.Config(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens,
+                            gradient_checkpointing=True, device=device)
+    config = json.loads((model_dir / "config.json").read_text())
+    plays = make_plays(shape, args.plays, config["vocab_size"], args.seed)
+    wanted = args.sides or list(SIDES)
+    sides: dict[str, Any] = {}
+    if "spade" in wanted or "body" in wanted:
+        sides["spade"] = SpadeSide(model_dir, cfg, plays)
+    skipped: dict[str, str] = {}
+    if "per-turn" in wanted or "body per-turn" in wanted:
+        # the recipes' turns a pass when they fit here, else the most that do: an
+        # out-of-memory kill would take the whole table with it
+        for micro_batch in range(args.per_turn_micro_batch, 0, -1):
+            per_turn = PerTurnSide(model_dir, cfg, plays, micro_batch)
+            need, free = 3 * per_turn.logits_bytes(config["vocab_size"]), available(device)
+            if need <= 0.7 * free:
+                sides["per-turn"] = per_turn
+                break
+            skipped[f"per-turn x{micro_batch}"] = (
+                f"does not fit: its logits need about {need / 2 ** 30:.1f} GiB at "
+                f"{micro_batch} turns a pass, {free / 2 ** 30:.1f} GiB available")
+            per_turn.policy.close()
+            del per_turn
+        if "per-turn" not in sides:
+            wanted = [w for w in wanted if w not in ("per-turn", "body per-turn")]
+    if "plain" in wanted:
+        sides["plain"] = PlainSide(model_dir, cfg, plays, args.plain_micro_batch_tokens)
+    if "body" in wanted:
+        sides["body"] = BodySide(model_dir, cfg, packed_rows(sides["spade"], cfg))
+    if "body per-turn" in wanted:
+        sides["body per-turn"] = BodySide(model_dir, cfg, padded_rows(sides["per-turn"]))
+    meter = Meter(torch, sides[next(iter(sides))].policy.device)
+    rounds: dict[str, list[dict]] = {side: [] for side in wanted}
+    for index in range(1 + args.repeats):  # round 0 warms up
+        for side in wanted:
+            result = meter(sides[side].run)
+            if index:
+                rounds[side].append(result)
+    params = sum(p.numel() for p in next(iter(sides.values())).policy.model.parameters())
+    results: dict[str, Any] = {"shape": shape.__dict__, "plays": args.plays,
+                               "episode_tokens": shape.episode_tokens, "params": params,
+                               "device": meter.device, "sides": {}, "skipped": skipped}
+    for side in wanted:
+        timed = rounds[side]
+        r = dict(min(timed, key=lambda x: abs(x["seconds"] - statistics.median(
+            t["seconds"] for t in timed))))
+        r["rounds"] = [t["seconds"] for t in timed]
+        if "loss_tokens" in r:
+            r["loss_tokens_per_s"] = r["loss_tokens"] / r["seconds"]
+            r["forward_per_play"] = r["forward_tokens"] / args.plays
+            r["forward_vs_episode"] = r["forward_per_play"] / shape.episode_tokens
+            if meter.cuda:
+                r["mfu"] = 6 * params * r["forward_tokens"] / r["seconds"] / \
+                    (args.peak_tflops * 1e12)
+        results["sides"][side] = r
+    for side, body in (("spade", "body"), ("per-turn", "body per-turn")):
+        if side in results["sides"] and body in results["sides"]:
+            results["sides"][side]["logits_bytes"] = max(
+                0, results["sides"][side]["peak_above_bytes"]
+                - results["sides"][body]["peak_above_bytes"])
+    for side in sides.values():
+        side.policy.close()
+    return results
+
+
+def shape_rows(r: dict[str, Any], cuda: bool) -> list[list[Any]]:
+    rows = []
+    for side, s in r["sides"].items():
+        logits = s.get("logits_bytes")
+        rows.append([side, s["seconds"], s.get("loss_tokens_per_s", "-"),
+                     s.get("forward_per_play", "-"), s.get("forward_vs_episode", "-"),
+                     s["peak_above_bytes"] / 2 ** 30,
+                     logits / 2 ** 30 if logits is not None else "-"]
+                    + ([f"{s['mfu']:.1%}" if "mfu" in s else "-"] if cuda else []))
+    for side, why in r["skipped"].items():
+        rows.append([side, why] + [""] * (5 + cuda))
+    return rows
+
+
+def verdicts(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    out = []
+    for name, r in results["shapes"].items():
+        s = r["sides"]
+        if "spade" in s:
+            x = s["spade"]["forward_vs_episode"]
+            out.append((f"{name}: forward tokens per play <= {TARGET_FORWARD:g}x the episode",
+                        x <= TARGET_FORWARD, f"{x:.3f}x"
+                        + (f" (per-turn: {s['per-turn']['forward_vs_episode']:.2f}x)"
+                           if "per-turn" in s else "")))
+        if "logits_bytes" in s.get("spade", {}) and "logits_bytes" in s.get("per-turn", {}):
+            ours, theirs = s["spade"]["logits_bytes"], s["per-turn"]["logits_bytes"]
+            share = ratio(ours, theirs)
+            out.append((f"{name}: logits' share of the peak <= 1/8 of the per-turn path's",
+                        share <= TARGET_LOGITS,
+                        f"{share:.3f} ({ours / 2 ** 30:.2f} vs {theirs / 2 ** 30:.2f} GiB, "
+                        f"per-turn at {s['per-turn']['micro_batch']} turns a pass)"))
+        if "spade" in s and "plain" in s:
+            speed = ratio(s["spade"]["loss_tokens_per_s"], s["plain"]["loss_tokens_per_s"])
+            out.append((f"{name}: loss tokens/s >= {TARGET_SPEED:g}x plain forward+backward",
+                        speed >= TARGET_SPEED, f"{speed:.3f}x"))
+    return out
 
 
 # -- putting it together ------------------------------------------------------------------------
@@ -394,119 +486,77 @@ def machine_facts(device: str) -> dict[str, Any]:
     try:
         import torch
         import transformers
-        import trl
     except ImportError as exc:
-        raise BackendUnavailable(f"the train benchmark needs torch, transformers and trl "
+        raise BackendUnavailable(f"the train benchmark needs torch and transformers "
                                  f"({exc.name} is missing)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BackendUnavailable(f"device {device} requested but no CUDA device is available")
     return {"nproc": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "kernel": platform.release(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "transformers": transformers.__version__,
-            "trl": trl.__version__, "device": device,
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "transformers": transformers.__version__, "device": device,
             "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None}
 
 
-def header(facts: dict[str, Any]) -> str:
-    gpu = f" ({facts['gpu']})" if facts["gpu"] else ""
-    return (f"machine: nproc={facts['nproc']}  python={facts['python']}  "
-            f"kernel={facts['kernel']}\n"
-            f"torch={facts['torch']} ({facts['torch_threads']} threads)  "
-            f"transformers={facts['transformers']}  trl={facts['trl']}  "
-            f"device={facts['device']}{gpu}\n")
-
-
-def verdicts(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    out = []
-    for name, r in results["configs"].items():
-        s = r["sides"]["spade"]
-        out.append((f"{name}: train-grpo tokens/s >= {TARGET_RATIO:g}x plain "
-                    f"forward+backward+AdamW step", s["ratio_vs_plain"] >= TARGET_RATIO,
-                    f"{s['ratio_vs_plain']:.3f}x ({s['tokens_per_s']:.1f} vs "
-                    f"{r['sides']['plain']['tokens_per_s']:.1f} tokens/s; vs plain+nograd "
-                    f"{s['ratio_vs_plain_nograd']:.3f}x)"))
-    return out
-
-
 def measure(args: argparse.Namespace, facts: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
     from stages.models import transformers_quiet
 
     transformers_quiet()
-    repeats = 1 if args.quick else args.repeats
-    device = facts["device"]
-    cuda = device.startswith("cuda")
-    names = args.config or [c for c in CONFIGS if cuda or c != "qwen3-0.6b"]
-    results: dict[str, Any] = {"machine": facts, "quick": args.quick, "repeats": repeats,
-                               "peak_tflops": args.peak_tflops if cuda else None, "configs": {}}
-    headers = ["config", "side", "s", "tokens/s", "vs plain", "vs plain+nograd"]
-    if cuda:
-        headers.append("MFU")
+    results: dict[str, Any] = {"machine": facts, "repeats": args.repeats, "shapes": {}}
+    cuda = facts["device"].startswith("cuda")
+    headers = ["side", "s", "loss tok/s", "fwd tok/play", "fwd/episode", "peak GiB",
+               "logits GiB"] + (["MFU"] if cuda else [])
     with tempfile.TemporaryDirectory(prefix="spade-bench-train-") as scratch:
-        for name in names:
-            r = bench_config(name, args, device, Path(scratch), repeats)
-            results["configs"][name] = r
-            m = r["model"]
+        model_dir = build_model(Path(scratch), args.hidden, args.layers, args.vocab,
+                                facts["device"])
+        for name in args.shape or list(SHAPES):
+            shape = SHAPES[name]
+            r = bench_shape(name, shape, model_dir, args, facts["device"])
+            results["shapes"][name] = r
             print(table(
-                f"{name}: {m['model_type']} hidden {m['hidden_size']}, {m['num_hidden_layers']} "
-                f"layers, vocab {m['vocab_size']}, {r['params'] / 1e6:.2f}M params on "
-                f"{r['device']}{' (bf16 autocast)' if r['autocast_bf16'] else ' (fp32)'}; "
-                f"{r['samples']} samples x ({r['prompt']} prompt + {r['completion']} completion) "
-                f"tokens, micro-batch {r['micro_batch']}; median of {repeats} after 1 warm-up; "
-                f"tokens/s = {r['completion_tokens']} completion tokens / s"
-                + (f"; MFU = 6 x params x {r['processed_tokens']} tokens / s / "
-                   f"{args.peak_tflops:g} TFLOP/s" if cuda else ""),
-                headers, config_rows(name, r, cuda)), flush=True)
-            print(table(f"{name}: where the time goes (spade = train_grpo.update; baseline = "
-                        "plain+nograd)", ["config", "part", "spade s", "baseline s",
-                                          "baseline/spade"], breakdown_rows(name, r)))
-            s = r["sides"]["spade"]
-            print("   rounds (s): " + "; ".join(
-                f"{side} {', '.join(f'{t:.3f}' for t in r['sides'][side]['rounds'])}"
-                for side in SIDES)
-                + f"\n   spade last step: loss {s['loss']:.4f}, tis weight {s['tis_weight']:.4f}, "
-                f"clip frac {s['clip_frac']:.4f}; setup {r['setup_seconds']:.1f} s excluded\n",
+                f"{name}: {args.plays} plays of {shape.describe()} tokens "
+                f"({shape.episode_tokens} a play); Qwen3 hidden {args.hidden}, {args.layers} "
+                f"layers, vocab {args.vocab}, {r['params'] / 1e6:.1f}M params on {r['device']}; "
+                f"micro-batch {args.micro_batch_tokens} tokens (per-turn: "
+                f"{args.per_turn_micro_batch} turns); median of {args.repeats} after a warm-up; "
+                f"peak = above the memory held before the step", headers, shape_rows(r, cuda)),
                 flush=True)
-            gc.collect()  # both models and optimizers go before the next config loads
-            if cuda:
-                torch.cuda.empty_cache()
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one timed round per side")
-    parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
-    parser.add_argument("--config", action="append", choices=CONFIGS,
-                        help="a model config (repeatable); default tiny and small, plus "
-                             "qwen3-0.6b on CUDA")
-    parser.add_argument("--device", help="cpu or cuda[:N]; default cuda when available")
-    parser.add_argument("--samples", type=int, default=16, help="N samples per batch")
-    parser.add_argument("--prompt", type=int, default=192, help="P prompt tokens per sample")
-    parser.add_argument("--completion", type=int, default=64,
-                        help="C completion tokens per sample")
-    parser.add_argument("--micro-batch", type=int, default=8,
-                        help="samples per forward/backward")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per side")
+    parser.add_argument("--shape", action="append", choices=list(SHAPES),
+                        help="an episode shape (repeatable); default both")
+    parser.add_argument("--sides", action="append", choices=list(SIDES),
+                        help="a side to run (repeatable); default all")
+    parser.add_argument("--plays", type=int, default=2, help="plays in the batch")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB)
+    parser.add_argument("--micro-batch-tokens", type=int, default=16384)
+    parser.add_argument("--plain-micro-batch-tokens", type=int, default=4096)
+    parser.add_argument("--per-turn-micro-batch", type=int, default=4,
+                        help="turns per pass on the per-turn side (the 4B recipes had 4)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed rounds per side")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--device", help="cpu or cuda[:N]; default cuda when available")
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="peak dense TFLOP/s for MFU (default: H200 bf16)")
+    parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     try:
         import torch
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if args.threads:
-            torch.set_num_threads(args.threads)
     except ImportError:
         device = args.device or "cpu"
 
     def run() -> int:
         facts = machine_facts(device)
-        print(header(facts), flush=True)
+        print(f"machine: nproc={facts['nproc']}  python={facts['python']}  torch={facts['torch']} "
+              f"({facts['torch_threads']} threads)  transformers={facts['transformers']}  "
+              f"device={device}{' (' + facts['gpu'] + ')' if facts['gpu'] else ''}\n", flush=True)
         results = measure(args, facts)
         return finish(results, verdicts(results), args.json)
 

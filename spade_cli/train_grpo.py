@@ -29,7 +29,11 @@ def train_grpo(
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.1,
     clip_low: Annotated[float, typer.Option(help="PPO clip below 1.")] = 0.2,
     clip_high: Annotated[float, typer.Option(help="PPO clip above 1.")] = 0.28,
-    kl_beta: Annotated[float, typer.Option(help="KL weight to the starting model (0 = off).")] = 0.0,
+    kl_beta: Annotated[float, typer.Option(
+        help="Weight of the k3 KL term (clamped to +-10) to --kl-anchor (0 = off).")] = 0.0,
+    kl_anchor: Annotated[str, typer.Option(
+        metavar="PATH", help="The model KL pulls toward; default: the model the run started "
+                             "from, which every checkpoint records.")] = "",
     tis_cap: Annotated[float, typer.Option(help="Truncated importance sampling cap.")] = 2.0,
     batch_size: Annotated[int, typer.Option(
         min=0, help="Units (see --batch-unit) per optimizer step; 0 = the whole round in one "
@@ -89,7 +93,9 @@ def train_grpo(
         if not chosen or set(chosen) - {"agent", "designer"}:
             raise UsageError("--roles takes agent, designer or both, comma-separated")
         cfg = stage.Config(lr=lr, weight_decay=weight_decay, clip_low=clip_low,
-                           clip_high=clip_high, kl_beta=kl_beta, tis_cap=tis_cap,
+                           clip_high=clip_high, kl_beta=kl_beta,
+                           kl_anchor=check_model(kl_anchor) if kl_anchor else None,
+                           tis_cap=tis_cap,
                            batch_size=batch_size, batch_unit=batch_unit,
                            micro_batch_tokens=micro_batch_tokens,
                            loss_norm=loss_norm, epochs=epochs,
@@ -108,7 +114,8 @@ def train_grpo(
                                                   on_step=progress.reached)
         stats.extra["train"] = info
         if keep_last and checkpoint is not None:
-            pruned = stage.prune_checkpoints(ckpt_dir, keep_last, protect=[model])
+            protect = [model, cfg.kl_anchor or stage.start_model(model)]
+            pruned = stage.prune_checkpoints(ckpt_dir, keep_last, protect=protect)
             stats.extra["pruned"] = [p.name for p in pruned]
         config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")

@@ -8,9 +8,9 @@ of the loss tokens only.
 Guarantees:
 - a micro-batch holds at most `budget` tokens, except a single sequence longer than that, which
   gets one of its own (a sequence is never split);
-- the output head runs on the hidden states of loss positions only, `chunk` of them at a time,
-  under activation checkpointing: no [positions, vocabulary] tensor larger than one chunk
-  exists, in the forward pass or the backward pass;
+- the output head runs on the hidden states of loss positions only, a chunk of them at a time
+  (LOGIT_ELEMENTS // vocabulary positions), under activation checkpointing: no [positions,
+  vocabulary] tensor larger than one chunk exists, in the forward pass or the backward pass;
 - the numbers equal a plain forward of each sequence on its own (tested to 1e-5).
 """
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-LOGIT_CHUNK = 512  # loss positions per head call: 512 x 151,936 fp32 logits is 0.3 GB
+# logits per head call: 2**25 fp32 elements (128 MiB), i.e. 220 positions of Qwen3's 151,936
+# vocabulary; a step's logits peak at about four such tensors, forward or backward
+LOGIT_ELEMENTS = 2 ** 25
 
 
 class Packable(Protocol):
@@ -84,7 +86,7 @@ def pack(torch, sequences: Sequence[Packable], device) -> Packed:
 
 
 def loss_logprobs(torch, model, packed: Packed, autocast: bool, with_entropy: bool = False,
-                  chunk: int = LOGIT_CHUNK):
+                  chunk: int | None = None):
     """log p of every loss token of `packed` under `model` ([N], in the packed order), and its
     entropy (no graph: a logged statistic) when asked. Differentiable when grad is enabled."""
     from torch.utils.checkpoint import checkpoint
@@ -94,6 +96,7 @@ def loss_logprobs(torch, model, packed: Packed, autocast: bool, with_entropy: bo
         hidden = decoder(input_ids=packed.ids, position_ids=packed.positions,
                          use_cache=False).last_hidden_state[0]
     hidden = hidden.index_select(0, packed.predictors)
+    chunk = chunk or max(1, LOGIT_ELEMENTS // head.weight.shape[0])
     logps, entropies = [], []
     for first in range(0, hidden.shape[0], chunk):
         part = slice(first, first + chunk)
@@ -115,11 +118,13 @@ def loss_logprobs(torch, model, packed: Packed, autocast: bool, with_entropy: bo
 def _head_logprobs(torch, head, autocast, with_entropy, hidden, targets, temperatures):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         logits = head(hidden)
-    logits = logits.float() / temperatures[:, None]
+    # in place where autograd allows it: every [positions, vocabulary] copy counts here
+    logits = logits.float().div_(temperatures[:, None])
     normaliser = logits.logsumexp(-1)
     logp = logits.gather(-1, targets[:, None]).squeeze(-1) - normaliser
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = normaliser - (logits.softmax(-1) * logits).sum(-1)
+            probs = (logits - normaliser[:, None]).exp_()
+            entropy = normaliser - probs.mul_(logits).sum(-1)
     return logp, entropy

@@ -8,7 +8,8 @@ one `train` record per optimizer step (loss, clip fraction, approx KL, entropy, 
 the step cost in tokens, advantage stats per role, TIS weights; timings and peak memory in meta).
 Guarantees:
 - loss = PPO-clip with asymmetric bounds (1 - clip_low, 1 + clip_high) against the policy at the
-  start of the update, optional k3 KL to a reference, normalised as `loss_norm` says: "sample"
+  start of the update, optional k3 KL (clamped to +-10) to the model the run started from,
+  normalised as `loss_norm` says: "sample"
   (the reference's: a token mean within each episode or design, then a mean over them) or
   "token" (a token mean over the optimizer batch);
 - one sequence per episode: when every turn's prompt ids extend the previous turn's prompt and
@@ -69,6 +70,9 @@ class Config:
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_beta: float = 0.0
+    # the model the KL term pulls toward; None: the model the run started from (each
+    # checkpoint records it), as the reference's trainer anchors to its initial model
+    kl_anchor: str | None = None
     tis_cap: float = 2.0
     # The reference takes one optimizer step per round over whole episodes (its global batch
     # of 192 is the round's plays), with an lr tuned for that: batch_size 0 = all in one step.
@@ -254,7 +258,7 @@ def _temperature(record: Record) -> float:
 class Policy:
     """The model being trained, its optimizer, and log p of packed samples."""
 
-    def __init__(self, model_dir: str, cfg: Config):
+    def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None):
         from stages.backends.hf import import_torch_transformers, pick_device
 
         from stages.backends import check_local_model
@@ -291,10 +295,16 @@ class Policy:
         if state.exists() and not cfg.lora_rank:
             self.optimizer.load_state_dict(torch.load(state, map_location=self.device))
         self.check_head()
-        self.reference = None
+        self.anchor = None
         if cfg.kl_beta > 0:
-            self.reference = transformers.AutoModelForCausalLM.from_pretrained(
-                model_dir, dtype=torch.float32).to(self.device).eval()
+            # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
+            # half the memory of fp32
+            check_local_model(anchor or model_dir)
+            self.anchor = transformers.AutoModelForCausalLM.from_pretrained(
+                anchor or model_dir, dtype=torch.bfloat16 if self.autocast else torch.float32,
+            ).to(self.device).eval()
+            self.anchor.config.use_cache = False
+            self.anchor.requires_grad_(False)
 
     def check_head(self) -> None:
         """loss_logprobs applies the output head to the decoder's last hidden state, which is
@@ -331,11 +341,11 @@ class Policy:
         os.replace(tmp, out)
 
     def close(self) -> None:
-        """Let go of the model, its reference and the optimizer state; on CUDA their memory goes
+        """Let go of the model, its KL anchor and the optimizer state; on CUDA their memory goes
         back to the device, where the next stage's engine (or a woken server) needs it."""
         from stages.backends.hf import release_device_memory
 
-        self.model = self.reference = self.optimizer = None
+        self.model = self.anchor = self.optimizer = None
         release_device_memory(self.torch, self.device)
 
 
@@ -396,10 +406,6 @@ def _micro_batches(samples: list[Sample], chosen: list[int], cfg: Config) -> lis
     return [[chosen[g] for g in group] for group in groups]
 
 
-def _split(torch, values, counts: list[int]) -> list:
-    return list(torch.split(values, counts))
-
-
 def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
     """log p of each sample's loss tokens under the policy before this update (no grad)."""
     torch = policy.torch
@@ -409,13 +415,14 @@ def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
         for rows in _micro_batches(samples, list(range(len(samples))), cfg):
             packed = policy.pack([samples[i] for i in rows])
             logp, _ = policy.logprobs(policy.model, packed)
-            for index, values in zip(rows, _split(torch, logp.cpu(), packed.counts)):
+            for index, values in zip(rows, logp.cpu().split(packed.counts)):
                 out[index] = values
     policy.model.train()
     return out
 
 
 LOSS_NORMS = ("sample", "token")
+KL_CLAMP = 10.0
 
 
 def loss_weights(batch: list[Sample], norm: str) -> list[float]:
@@ -483,7 +490,7 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
         real_tokens += sum(len(s.ids) for s in chunk)
         logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
         if any(start[i] is None for i in rows):  # the policy has not moved since the update began
-            for index, values in zip(rows, _split(torch, logp.detach().cpu(), packed.counts)):
+            for index, values in zip(rows, logp.detach().cpu().split(packed.counts)):
                 start[index] = values
 
         def per_token(values: list[float]):
@@ -496,10 +503,11 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
                                device=logp.device, dtype=logp.dtype)
         loss_terms, parts = token_loss(torch, logp, old, sampled,
                                        per_token([s.advantage for s in chunk]), cfg)
-        if policy.reference is not None:
+        if policy.anchor is not None:
             with torch.no_grad():
-                ref, _ = policy.logprobs(policy.reference, packed)
-            kl = torch.exp(ref - logp) - (ref - logp) - 1
+                anchored, _ = policy.logprobs(policy.anchor, packed)
+            # k3, clamped as the reference's trainer clamps it (slime's low_var_kl)
+            kl = (torch.exp(anchored - logp) - (anchored - logp) - 1).clamp(-KL_CLAMP, KL_CLAMP)
             loss_terms = loss_terms + cfg.kl_beta * kl
             parts["kl_ref"] = float(kl.detach().sum())
         loss = (loss_terms * per_token([weight_of[i] for i in rows])).sum()
@@ -574,9 +582,19 @@ def prune_checkpoints(ckpt_root: str, keep_last: int, protect: Iterable[str] = (
     return deleted
 
 
-def previous_step(model_dir: str) -> int:
+def trainer_state(model_dir: str) -> dict:
     state = Path(model_dir) / STATE_FILE
-    return json.loads(state.read_text()).get("step", 0) if state.exists() else 0
+    return json.loads(state.read_text()) if state.exists() else {}
+
+
+def previous_step(model_dir: str) -> int:
+    return trainer_state(model_dir).get("step", 0)
+
+
+def start_model(model_dir: str) -> str:
+    """The model the run started from: recorded in every checkpoint; a model directory without
+    trainer state is that start itself."""
+    return trainer_state(model_dir).get("start_model") or os.path.normpath(model_dir)
 
 
 def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
@@ -606,7 +624,8 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         done = json.loads(state_path.read_text())
         info["resumed"] = True
         return [Train.model_validate(t) for t in done["train"]], out, info
-    policy = Policy(model_dir, cfg)
+    anchor = cfg.kl_anchor or start_model(model_dir)
+    policy = Policy(model_dir, cfg, anchor)
     try:
         trained = []
         for step in update(policy, samples, plan, cfg, step0):
@@ -614,7 +633,9 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
             report(len(trained), steps, int(step.stats.get("loss_tokens", 0)))
         Path(ckpt_root).mkdir(parents=True, exist_ok=True)
         policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
-                          "parent": os.path.normpath(model_dir), "info": info,
+                          "parent": os.path.normpath(model_dir),
+                          "start_model": start_model(model_dir), "kl_anchor": anchor,
+                          "info": info,
                           "train": [t.to_dict() for t in trained]})
     finally:
         policy.close()

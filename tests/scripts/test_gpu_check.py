@@ -47,6 +47,6 @@ def test_dry_run_prints_the_table_with_numbers(tmp_path):
     assert results["build"]["params"] > 0
     hf = results["hf"]["runs"]["turn batches"]
     assert hf["plays"] == 16 and hf["tokens"] > 0
-    assert results["train"]["sides"]["spade"]["tokens_per_s"] > 0
+    assert results["train"]["sides"]["spade"]["loss_tokens_per_s"] > 0
     assert "hf turn batches tokens/s" in done.stdout
     assert "train-grpo update MFU" in done.stdout

@@ -3,6 +3,7 @@
 import gc
 import json
 import math
+import os
 import random
 import re
 import weakref
@@ -392,3 +393,28 @@ def test_prune_keeps_the_newest_the_parent_and_marked_checkpoints(tmp_path):
     assert [p.parent.name for p in sorted(tmp_path.glob("*/optimizer.pt"))] == ["step-000006"]
     assert all((tmp_path / name / "model.safetensors").exists()
                for name in ("step-000002", "step-000004", "step-000005"))
+
+
+def test_kl_anchors_to_the_start_model_and_changes_the_second_round(tiny_model, tmp_path):
+    """With one step per round, a KL to the round's own start has no gradient; anchored to the
+    model the run started from, it pulls the second round's update back."""
+    from safetensors.torch import load_file
+
+    plays = [multi_turn_play(seed=s, reward=float(s % 2)) for s in range(4)]
+
+    def two_rounds(kl_beta):
+        root = str(tmp_path / f"kl-{kl_beta}")
+        cfg = stage.Config(lr=1e-2, kl_beta=kl_beta, weight_decay=0.0)
+        _, first, _ = stage.run(plays, tiny_model, root, cfg)
+        _, second, _ = stage.run(plays, str(first), root, cfg, round=1)
+        return first, second
+
+    (off_1, off_2), (on_1, on_2) = two_rounds(0.0), two_rounds(1.0)
+    weights = {path: load_file(str(path / "model.safetensors"))
+               for path in (off_1, off_2, on_1, on_2)}
+    # round 1 starts at the anchor: the KL term and its gradient are exactly zero
+    assert all(torch.equal(weights[off_1][k], weights[on_1][k]) for k in weights[off_1])
+    assert any(not torch.equal(weights[off_2][k], weights[on_2][k]) for k in weights[off_2])
+    state = json.loads((on_2 / stage.STATE_FILE).read_text())
+    assert state["kl_anchor"] == state["start_model"] == os.path.normpath(tiny_model)
+    assert state["parent"] == os.path.normpath(on_1)
