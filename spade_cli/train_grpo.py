@@ -57,6 +57,9 @@ def train_grpo(
              "runs).")] = False,
     lora_rank: Annotated[int, typer.Option(help="LoRA rank (0 = full fine-tuning).")] = 0,
     gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
+    nproc: Annotated[int, typer.Option(
+        min=1, help="Train on this many local ranks (FSDP2: nccl on GPUs, gloo on CPU). Under "
+                    "torchrun, leave it at 1: the ranks come from torchrun.")] = 1,
     seed: Seed = 0,
     device: Device = None,
     overwrite: Overwrite = False,
@@ -78,6 +81,11 @@ def train_grpo(
     from spade_cli.options import check_model
     from spade_cli.progress import Progress
     from spade_cli.summary import summarize
+    import tempfile
+    from contextlib import nullcontext
+    from pathlib import Path
+
+    from stages import parallel, train_ranks
     from stages import train_grpo as stage
     from stages.shards import Stats, emit, read
 
@@ -105,13 +113,29 @@ def train_grpo(
                            lora_rank=lora_rank,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
+        layout = parallel.from_environment()
+        if layout.sharded and nproc > 1:
+            raise UsageError("--nproc under torchrun: torchrun already gives the ranks")
+        if layout.sharded and "-" in inputs:
+            raise UsageError("under torchrun, name the input shards: ranks cannot share stdin")
+        if nproc > 1 and lora_rank:
+            raise UsageError("--lora-rank trains on one rank: drop --nproc")
         kinds = {"rollout", "regret", "design"}
         shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
-        with Progress("train-grpo", "steps") as progress:
-            trained, checkpoint, info = stage.run(records, model, ckpt_dir, cfg, round=round,
-                                                  on_step=progress.reached)
+        if nproc > 1:
+            with tempfile.TemporaryDirectory(prefix="spade-train-ranks-") as work:
+                trained, checkpoint, info = train_ranks.launch(nproc, records, model, ckpt_dir,
+                                                               cfg, round, Path(work))
+        else:
+            shown = Progress("train-grpo", "steps") if layout.main else nullcontext()
+            with shown as progress:
+                trained, checkpoint, info = stage.run(
+                    records, model, ckpt_dir, cfg, round=round, layout=layout,
+                    on_step=progress.reached if progress else None)
+        if not layout.main:  # the main rank writes the records; the others only trained
+            return
         stats.extra["train"] = info
         if keep_last and checkpoint is not None:
             protect = [model, cfg.kl_anchor or stage.start_model(model)]

@@ -37,6 +37,7 @@ only through an experimental hook and recomputes advantages.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -50,12 +51,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from stages import rewards
+from stages import parallel, rewards
 from stages.packing import Packed, loss_logprobs, micro_batches, pack
 from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 class Diverged(ArithmeticError):
@@ -256,17 +258,22 @@ def _temperature(record: Record) -> float:
 # -- the model side ---------------------------------------------------------------------------
 
 class Policy:
-    """The model being trained, its optimizer, and log p of packed samples."""
+    """The model being trained, its optimizer, and log p of packed samples, on one rank of
+    `layout` (stages/parallel.py: the whole model on one process, or FSDP2 shards)."""
 
-    def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None):
+    def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None,
+                 layout: parallel.Layout = parallel.Layout()):
         from stages.backends.hf import import_torch_transformers, pick_device
 
         from stages.backends import check_local_model
 
         torch, transformers = import_torch_transformers()
         check_local_model(model_dir)
-        self.torch, self.cfg = torch, cfg
-        self.device = pick_device(cfg.device)
+        self.torch, self.cfg, self.layout = torch, cfg, layout
+        if layout.sharded and cfg.lora_rank:
+            raise NotImplementedError("LoRA on several ranks is not supported: train it on one "
+                                      "(--nproc 1)")
+        self.device = parallel.start(torch, layout, pick_device(cfg.device))
         self.autocast = self.device.startswith("cuda") and cfg.bf16 and \
             torch.cuda.is_bf16_supported()
         torch.manual_seed(cfg.seed)
@@ -286,25 +293,32 @@ class Policy:
             model = peft.get_peft_model(model, peft.LoraConfig(
                 r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
                 task_type="CAUSAL_LM"))
-        self.model = model.to(self.device)
-        self.model.config.use_cache = False
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas,
-                                           weight_decay=cfg.weight_decay)
-        state = Path(model_dir) / "optimizer.pt"
+        self.model = self._place(model)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas,
+            weight_decay=cfg.weight_decay)
+        state = Path(model_dir) / OPTIMIZER_FILE
         if state.exists() and not cfg.lora_rank:
-            self.optimizer.load_state_dict(torch.load(state, map_location=self.device))
+            moments = torch.load(state, map_location="cpu", weights_only=True)
+            parallel.load_optimizer_state(self.model, self.optimizer,
+                                          _named_optimizer_state(moments, model), layout)
         self.check_head()
         self.anchor = None
         if cfg.kl_beta > 0:
             # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
             # half the memory of fp32
             check_local_model(anchor or model_dir)
-            self.anchor = transformers.AutoModelForCausalLM.from_pretrained(
-                anchor or model_dir, dtype=torch.bfloat16 if self.autocast else torch.float32,
-            ).to(self.device).eval()
-            self.anchor.config.use_cache = False
-            self.anchor.requires_grad_(False)
+            reference = transformers.AutoModelForCausalLM.from_pretrained(
+                anchor or model_dir, dtype=torch.bfloat16 if self.autocast else torch.float32)
+            self.anchor = self._place(reference.requires_grad_(False)).eval()
+
+    def _place(self, model):
+        """On this rank's device, whole or sharded; `loss_logprobs` is what the loop calls."""
+        model.config.use_cache = False
+        model.loss_logprobs = functools.partial(loss_logprobs, self.torch, model)
+        if self.layout.sharded:
+            parallel.shard(self.torch, model, self.autocast)
+        return model.to(self.device)
 
     def check_head(self) -> None:
         """loss_logprobs applies the output head to the decoder's last hidden state, which is
@@ -317,25 +331,33 @@ class Policy:
 
     def logprobs(self, model, packed: Packed, with_entropy: bool = False):
         """log p (and entropy) of the loss tokens of one packed micro-batch under `model`."""
-        return loss_logprobs(self.torch, model, packed, self.autocast, with_entropy)
+        return model.loss_logprobs(packed, self.autocast, with_entropy)
 
     def pack(self, samples: list[Sample]) -> Packed:
         return pack(self.torch, samples, self.device)
 
     def save(self, out: Path, state: dict) -> None:
+        """Every rank takes part; the main rank writes `out` (atomically: a .tmp, then a
+        rename), as plain HF weights every backend loads."""
+        torch = self.torch
         bad = next((name for name, p in self.model.named_parameters()
-                    if not bool(self.torch.isfinite(p).all())), None)
-        if bad is not None:
-            raise Diverged(f"weight {bad} is not finite after the update: no checkpoint written")
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model = self.model
+                    if not bool(torch.isfinite(parallel.local_tensor(p)).all())), None)
+        if parallel.max_over_ranks(torch, int(bad is not None), self.layout):
+            raise Diverged(f"weight {bad or '(on another rank)'} is not finite after the "
+                           f"update: no checkpoint written")
+        model, weights, moments = self.model, None, None
         if self.cfg.lora_rank:
             model = model.merge_and_unload()  # every backend loads plain weights
-        model.save_pretrained(tmp)
+        else:
+            weights, moments = parallel.full_state(self.model, self.optimizer, self.layout)
+        if not self.layout.main:
+            return
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, state_dict=weights)
         self.tokenizer.save_pretrained(tmp)
-        if not self.cfg.lora_rank:
-            self.torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        if moments is not None:
+            torch.save(moments, tmp / OPTIMIZER_FILE)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
@@ -347,6 +369,17 @@ class Policy:
 
         self.model = self.anchor = self.optimizer = None
         release_device_memory(self.torch, self.device)
+
+
+def _named_optimizer_state(moments: dict, model) -> dict:
+    """Optimizer state keyed by parameter name, as parallel.full_state writes it; files from
+    before sharding keyed it by position among the trainable parameters."""
+    if not any(isinstance(key, int) for key in moments.get("state", {})):
+        return moments
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    return {"state": {names[i]: v for i, v in moments["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
+                             for g in moments["param_groups"]]}
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float]:
@@ -385,7 +418,10 @@ def update(policy: Policy, samples: list[Sample], steps: list[list[int]], cfg: C
     # The first optimizer batch sees the start policy itself: its training forward gives the
     # start logprobs for free. Only later batches need a separate no-grad pass (and every
     # batch does when dropout would make the two forwards differ).
-    free = set() if _has_dropout(policy) else set(steps[0])
+    # (On several ranks a sample's start is known only where it was trained: with more than
+    # one epoch, where it comes back, it may be another rank's.)
+    reused = policy.layout.sharded and cfg.epochs > 1
+    free = set() if _has_dropout(policy) or reused else set(steps[0])
     start_logps: list = [None] * len(samples)
     later = [i for i in dict.fromkeys(i for chosen in steps for i in chosen) if i not in free]
     for index, logp in zip(later, _start_logprobs(policy, [samples[i] for i in later], cfg)):
@@ -406,23 +442,42 @@ def _micro_batches(samples: list[Sample], chosen: list[int], cfg: Config) -> lis
     return [[chosen[g] for g in group] for group in groups]
 
 
+def _rank_passes(samples: list[Sample], chosen: list[int], cfg: Config,
+                 layout: parallel.Layout) -> list[tuple[list[int], bool]]:
+    """This rank's micro-batches of samples[chosen], shared among ranks by tokens, each with
+    whether it counts: a rank with fewer replays its first (or the step's first) at weight 0,
+    so every rank makes as many passes (and collectives) as the busiest."""
+    groups = _micro_batches(samples, chosen, cfg)
+    if not groups:
+        return []
+    shares = parallel.assign([sum(len(samples[i].ids) for i in g) for g in groups], layout.world)
+    mine = [(groups[g], True) for g in shares[layout.rank]]
+    spare = mine[0][0] if mine else groups[0]
+    return mine + [(spare, False)] * (max(map(len, shares)) - len(mine))
+
+
 def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
-    """log p of each sample's loss tokens under the policy before this update (no grad)."""
+    """log p of each sample's loss tokens under the policy before this update (no grad); on
+    several ranks each scores its share and every rank gets them all."""
     torch = policy.torch
-    out: list = [None] * len(samples)
+    out: dict[int, list[float]] = {}
     policy.model.eval()
     with torch.no_grad():
-        for rows in _micro_batches(samples, list(range(len(samples))), cfg):
+        for rows, counts in _rank_passes(samples, list(range(len(samples))), cfg,
+                                         policy.layout):
             packed = policy.pack([samples[i] for i in rows])
             logp, _ = policy.logprobs(policy.model, packed)
-            for index, values in zip(rows, logp.cpu().split(packed.counts)):
-                out[index] = values
+            if counts:
+                for index, values in zip(rows, logp.cpu().split(packed.counts)):
+                    out[index] = values
     policy.model.train()
-    return out
+    out = parallel.gather_dicts(out, policy.layout)
+    return [out[i] for i in range(len(samples))]
 
 
 LOSS_NORMS = ("sample", "token")
 KL_CLAMP = 10.0
+STEP_SUMS = ("loss", "entropy", "clip_frac", "approx_kl", "tis_weight", "tis_clamped")
 
 
 def loss_weights(batch: list[Sample], norm: str) -> list[float]:
@@ -480,15 +535,19 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
     batch = [samples[i] for i in chosen]
     weight_of = dict(zip(chosen, loss_weights(batch, cfg.loss_norm)))
     loss_tokens = sum(len(s.loss_positions) for s in batch)
-    sums = defaultdict(float)
+    # the same keys on every rank: they are summed over ranks in this order
+    sums = dict.fromkeys(STEP_SUMS + (("kl_ref",) if policy.anchor is not None else ()), 0.0)
     forward_tokens = real_tokens = 0
     policy.optimizer.zero_grad(set_to_none=True)
-    for rows in _micro_batches(samples, chosen, cfg):
+    for rows, counts in _rank_passes(samples, chosen, cfg, policy.layout):
         chunk = [samples[i] for i in rows]
         packed = policy.pack(chunk)
+        logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
+        if not counts:  # a replay that keeps this rank in step with the others: weight 0
+            (logp.sum() * 0.0).backward()
+            continue
         forward_tokens += packed.tokens
         real_tokens += sum(len(s.ids) for s in chunk)
-        logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
         if any(start[i] is None for i in rows):  # the policy has not moved since the update began
             for index, values in zip(rows, logp.detach().cpu().split(packed.counts)):
                 start[index] = values
@@ -516,8 +575,11 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
         sums["entropy"] += float(entropy.sum())
         for key, value in parts.items():
             sums[key] += value
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        [p for p in policy.model.parameters() if p.requires_grad], cfg.max_grad_norm)
+    sums = parallel.sum_over_ranks(torch, dict(sums, forward=forward_tokens, real=real_tokens),
+                                   policy.layout)
+    forward_tokens, real_tokens = sums.pop("forward"), sums.pop("real")
+    grad_norm = parallel.full_tensor(torch.nn.utils.clip_grad_norm_(
+        [p for p in policy.model.parameters() if p.requires_grad], cfg.max_grad_norm))
     if not (math.isfinite(sums["loss"]) and math.isfinite(float(grad_norm))):
         raise Diverged(f"step {step}: loss {sums['loss']:g}, gradient norm {float(grad_norm):g}: "
                        f"not finite, so no checkpoint written (extreme advantages or logprobs "
@@ -537,9 +599,9 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
     # timings and memory vary between identical reruns: they live in `meta`, outside the id
     meta = {"seconds": round(seconds, 4),
             "tokens_per_s": round(loss_tokens / seconds, 2) if seconds > 0 else 0.0}
-    peak_bytes = peak.read()
-    if peak_bytes is not None:
-        meta["peak_memory_bytes"] = peak_bytes
+    peak_bytes = parallel.max_over_ranks(torch, peak.read() or 0, policy.layout)
+    if peak_bytes:
+        meta["peak_memory_bytes"] = peak_bytes  # the largest of any rank
     return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
                  parents=sorted({s.source for s in batch})[:1000], meta=meta)
 
@@ -574,7 +636,7 @@ def prune_checkpoints(ckpt_root: str, keep_last: int, protect: Iterable[str] = (
     for index, path in enumerate(steps):
         newest = index == len(steps) - 1
         if not newest:
-            (path / "optimizer.pt").unlink(missing_ok=True)
+            (path / OPTIMIZER_FILE).unlink(missing_ok=True)
         if index < len(steps) - keep_last and not (path / KEEP_FILE).exists() \
                 and os.path.realpath(path) not in spared:
             shutil.rmtree(path)
@@ -599,11 +661,14 @@ def start_model(model_dir: str) -> str:
 
 def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         round: int = 0, on_step: Callable[[int, int, int], None] | None = None,
-        ) -> tuple[list[Train], Path | None, dict]:
+        layout: parallel.Layout | None = None) -> tuple[list[Train], Path | None, dict]:
     """Train on the records; returns (train records, checkpoint dir or None, info).
 
     `on_step(steps done, steps in all, tokens of the step)` is called once the number of steps
-    is known (done 0) and after every optimizer step: progress for whoever shows it."""
+    is known (done 0) and after every optimizer step: progress for whoever shows it. `layout`:
+    this process's rank, by default the one torchrun's environment gives (none: one process);
+    every rank returns the same records."""
+    layout = layout or parallel.from_environment()
     records = list(records)
     samples, skipped = build_samples(records, cfg)
     info = {"samples": len(samples), "skipped": skipped,
@@ -625,7 +690,7 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         info["resumed"] = True
         return [Train.model_validate(t) for t in done["train"]], out, info
     anchor = cfg.kl_anchor or start_model(model_dir)
-    policy = Policy(model_dir, cfg, anchor)
+    policy = Policy(model_dir, cfg, anchor, layout)
     try:
         trained = []
         for step in update(policy, samples, plan, cfg, step0):
@@ -639,4 +704,5 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
                           "train": [t.to_dict() for t in trained]})
     finally:
         policy.close()
+        parallel.stop()
     return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info

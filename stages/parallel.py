@@ -1,0 +1,174 @@
+"""The parallel layout of train-grpo: ranks, FSDP2 over the model, each step's work per rank.
+
+In: the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous), or none of
+it (one process); a causal LM; a step's micro-batches with their token counts.
+Out: a `Layout` (this process's rank and device), `shard(model)` (fully_shard on every
+transformer block, then on the root), each rank's share of a step's micro-batches, sums over
+ranks, and full (unsharded) state for the checkpoint writer.
+Guarantees: the GRPO math does not change with the layout. Every rank weighs its tokens by the
+whole step's normalisation and gradients are summed over ranks, not averaged, so N ranks make
+the update one rank makes (up to the order of float sums); every rank runs the same number of
+forward/backward passes (one with less work replays a micro-batch at weight 0), so no
+collective waits for a rank that has nothing to do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+LOSS_METHOD = "loss_logprobs"  # the model method train-grpo calls instead of forward
+
+
+@dataclass(frozen=True)
+class Layout:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        return self.world > 1
+
+
+def from_environment() -> Layout:
+    """The layout torchrun (or `spade train-grpo --nproc`) gave this process."""
+    return Layout(rank=int(os.environ.get("RANK", 0)), world=int(os.environ.get("WORLD_SIZE", 1)),
+                  local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def start(torch, layout: Layout, device: str) -> str:
+    """Join the process group (nccl on CUDA, gloo on CPU); the device this rank trains on."""
+    if not layout.sharded:
+        return device
+    import torch.distributed as dist
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        device = f"cuda:{layout.local_rank}"
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return device
+
+
+def stop() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def transformer_blocks(model) -> list:
+    decoder = model.get_decoder()
+    blocks = getattr(decoder, "layers", None)
+    if blocks is None:
+        raise NotImplementedError(f"{type(decoder).__name__} has no `layers`: train-grpo cannot "
+                                  f"find the transformer blocks to shard")
+    return list(blocks)
+
+
+def shard(torch, model, bf16: bool) -> None:
+    """FSDP2: each transformer block its own unit, then the root (embeddings, final norm, the
+    output head, tied or not). Parameters are gathered in bf16 on a GPU (master weights and
+    optimizer state stay fp32 and sharded) and gradients reduced in fp32."""
+    from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
+                                        register_fsdp_forward_method)
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if bf16 else MixedPrecisionPolicy()
+    units = transformer_blocks(model) + [model]
+    for unit in units:
+        fully_shard(unit, mp_policy=policy)
+    # train-grpo never calls forward(): the root gathers its parameters around this method
+    register_fsdp_forward_method(model, LOSS_METHOD)
+    for unit in units:
+        # each rank's loss already carries the whole step's weights: sum, do not average
+        # (and with plain sums, which every backend has: gloo has no pre-multiplied sum)
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)
+
+
+def assign(token_counts: list[int], world: int) -> list[list[int]]:
+    """Micro-batch indices per rank: the largest first, each to the rank with the fewest
+    tokens so far (ties: the lower rank)."""
+    shares: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for index in sorted(range(len(token_counts)), key=lambda i: (-token_counts[i], i)):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        shares[rank].append(index)
+        load[rank] += token_counts[index]
+    return shares
+
+
+def sum_over_ranks(torch, values: dict[str, float], layout: Layout) -> dict[str, float]:
+    if not layout.sharded or not values:
+        return values
+    import torch.distributed as dist
+
+    keys = sorted(values)
+    total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(total)
+    return dict(zip(keys, total.tolist()))
+
+
+def gather_dicts(part: dict, layout: Layout) -> dict:
+    """Every rank's dict merged, on every rank."""
+    if not layout.sharded:
+        return part
+    import torch.distributed as dist
+
+    parts: list = [None] * layout.world
+    dist.all_gather_object(parts, part)
+    return {k: v for p in parts for k, v in p.items()}
+
+
+def max_over_ranks(torch, value: int, layout: Layout) -> int:
+    if not layout.sharded:
+        return value
+    import torch.distributed as dist
+
+    total = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    return int(total.item())
+
+
+def full_tensor(value):
+    """A norm or weight as a plain tensor: sharded ones (DTensor) are gathered."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+def local_tensor(value):
+    return value.to_local() if hasattr(value, "to_local") else value
+
+
+def full_state(model, optimizer, layout: Layout) -> tuple[dict, dict]:
+    """The model's and the optimizer's whole state on CPU, keyed by parameter name: on the
+    main rank only (every rank takes part in gathering it)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=layout.sharded)
+    weights = get_model_state_dict(model, options=options)
+    # a tied weight (an output head that is the embedding) is written once, under its first
+    # name, as a whole model's save_pretrained writes it: gathered, its two names are copies
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if first.setdefault(id(param), name) != name:
+            weights.pop(name, None)
+    moments = get_optimizer_state_dict(model, optimizer, options=options)
+    return (weights, moments) if layout.main else ({}, {})
+
+
+def load_optimizer_state(model, optimizer, state: dict, layout: Layout) -> None:
+    """Optimizer state keyed by parameter name (every rank reads the whole file and keeps its
+    own shard)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_optimizer_state_dict)
+
+    options = StateDictOptions(full_state_dict=True) if layout.sharded else None
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=options)

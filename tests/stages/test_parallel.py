@@ -1,0 +1,124 @@
+"""The sharded trainer: N ranks make the update one rank makes, on one machine or two."""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stages import parallel  # noqa: E402
+from stages.records import Rollout, Turn  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TRAIN = ["--lr", "1e-3", "--micro-batch-tokens", "40"]  # several passes, shared unevenly
+
+
+@pytest.fixture(scope="module")
+def plays_file(tmp_path_factory):
+    """Six 3-turn plays in two envs, written as a rollout shard."""
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("plays") / "plays.jsonl"
+    lines = []
+    for seed in range(6):
+        prompt, turns = [1, 50, 51, 52, 2], []
+        for _ in range(3):
+            completion = [rng.randrange(10, 1500) for _ in range(rng.randrange(2, 7))] + [3]
+            turns.append(Turn(action="a", prompt_ids=list(prompt), completion_ids=completion,
+                              logprobs=[rng.uniform(-3, -0.5) for _ in completion]))
+            prompt = prompt + completion + [1, rng.randrange(10, 1500), 2]
+        lines.append(json.dumps(Rollout(env_id=f"env_{seed % 2}", seed=seed,
+                                        reward=float(seed % 3 == 0), turns=turns).to_dict()))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def train(args, **kwargs):
+    done = subprocess.run([sys.executable, "-m", "spade_cli", "train-grpo", *args],
+                          capture_output=True, text=True, timeout=300, **kwargs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def weights(checkpoint):
+    from safetensors.torch import load_file
+
+    return load_file(str(checkpoint / "model.safetensors"))
+
+
+def largest_difference(a, b):
+    assert sorted(a) == sorted(b)
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_rank(plays_file, tiny_model, tmp_path_factory):
+    ckpt = tmp_path_factory.mktemp("one") / "ckpt"
+    done = train([str(plays_file), "-m", tiny_model, "--ckpt-dir", str(ckpt), *TRAIN])
+    return ckpt / "step-000001", done
+
+
+def test_two_ranks_make_the_update_one_rank_makes(plays_file, tiny_model, one_rank, tmp_path):
+    single, single_run = one_rank
+    ckpt = tmp_path / "ckpt"
+    done = train([str(plays_file), "-m", tiny_model, "--ckpt-dir", str(ckpt), "--nproc", "2",
+                  *TRAIN])
+    pair = ckpt / "step-000001"
+    assert largest_difference(weights(single), weights(pair)) < 1e-5
+    (one,), (two,) = ([json.loads(line) for line in out.stdout.splitlines()]
+                      for out in (single_run, done))
+    for key in ("loss", "loss_tokens", "forward_tokens", "entropy"):
+        assert two["stats"][key] == pytest.approx(one["stats"][key], rel=1e-6)
+    assert two["stats"]["grad_norm"] == pytest.approx(one["stats"]["grad_norm"], rel=1e-4)
+    # the optimizer state is the same file either way: the next round on one rank from the
+    # two-rank checkpoint matches the next round from the one-rank checkpoint
+    nxt = [train([str(plays_file), "-m", str(start), "--ckpt-dir", str(tmp_path / name), *TRAIN])
+           for start, name in ((single, "after-one"), (pair, "after-two"))]
+    assert all(run.returncode == 0 for run in nxt)
+    assert largest_difference(weights(tmp_path / "after-one" / "step-000002"),
+                              weights(tmp_path / "after-two" / "step-000002")) < 1e-5
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_two_node_rendezvous_on_loopback_trains_as_one_rank(plays_file, tiny_model, one_rank,
+                                                              tmp_path):
+    """Two launchers, one rank each, as two machines would start them."""
+    single, _ = one_rank
+    ckpt = tmp_path / "ckpt"
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={rank}",
+         "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
+         "-m", "spade_cli", "train-grpo", str(plays_file), "-m", tiny_model,
+         "--ckpt-dir", str(ckpt), *TRAIN],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:]
+    assert largest_difference(weights(single), weights(ckpt / "step-000001")) < 1e-5
+    # the main rank writes the records; the other only trained
+    assert len(outputs[0][0].splitlines()) == 1 and outputs[1][0] == ""
+
+
+def test_ranks_share_micro_batches_by_tokens_and_make_as_many_passes():
+    assert parallel.assign([100, 60, 50, 40, 10], 2) == [[0, 3], [1, 2, 4]]  # 140 and 120 tokens
+    assert parallel.assign([5], 3) == [[0], [], []]
+    from stages import train_grpo as stage
+
+    samples = [stage.Sample.of_turn("agent", [1] * n, [2], [0.0], 1.0, source=f"p{i}")
+               for i, n in enumerate([30, 9, 9, 9])]
+    cfg = stage.Config(micro_batch_tokens=20)
+    passes = [stage._rank_passes(samples, [0, 1, 2, 3], cfg, parallel.Layout(rank, 2))
+              for rank in (0, 1)]
+    assert passes[0] == [([0], True), ([0], False)]  # its replay keeps the collectives even
+    assert passes[1] == [([1, 2], True), ([3], True)]
