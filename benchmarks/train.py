@@ -20,9 +20,9 @@ What it measures, per episode shape, on one fixed batch of P plays (default 2):
                completion position to its end, in fp32 over the whole vocabulary.
   plain        the spade side's packed rows through `model(input_ids, position_ids, labels)`
                (full logits, the library's own loss), backward, AdamW: the tokens/s baseline.
-  body         the decoder alone, forward and backward, on spade's rows and on the per-turn
-               rows: what a step costs without the output head, so peak - body = the logits'
-               share of each layout's peak.
+  head         the output head alone, forward and backward, on the largest micro-batch of
+               spade's layout (chunks of loss positions) and of the per-turn layout ([rows,
+               kept positions, vocabulary] at once): the logits' share of each one's peak.
   Sides are interleaved; 1 warm-up round, then the median of --repeats timed rounds.
   Peak memory is the step's peak above the memory held before it: the CUDA allocator's peak,
   or on CPU the resident high-water mark (VmHWM, reset through /proc/self/clear_refs, with
@@ -72,7 +72,7 @@ from stages.backends import BackendUnavailable  # noqa: E402
 
 FIRST_PROMPT = 1500
 QWEN3_VOCAB = 151936
-SIDES = ("spade", "per-turn", "plain", "body", "body per-turn")
+SIDES = ("spade", "per-turn", "plain", "head", "head per-turn")
 TARGET_FORWARD = 1.1
 TARGET_LOGITS = 1 / 8
 TARGET_SPEED = 0.9
@@ -325,48 +325,46 @@ class PlainSide(SpadeSide):
                 "loss_tokens": float(total)}
 
 
-class BodySide(Side):
-    """The decoder alone, forward and backward, on the rows of another side's layout."""
+class HeadSide(Side):
+    """The output head alone, forward and backward, on the largest micro-batch of a layout:
+    the logits' share of that layout's peak."""
 
-    def __init__(self, model_dir: Path, cfg: Any, rows: Callable[[], list]):
+    def __init__(self, model_dir: Path, cfg: Any, of: Side):
         super().__init__(model_dir, cfg)
-        self.rows = rows
+        self.of = of
 
     def run(self) -> dict:
+        from stages.packing import head_logprobs, micro_batches
+        from trl.trainer.utils import selective_log_softmax
+
         torch, policy = self.torch, self.policy
-        decoder = policy.model.get_decoder()
-        for kwargs, picked in self.rows():
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
-                hidden = decoder(use_cache=False, **kwargs).last_hidden_state
-            hidden[picked].float().square().mean().backward()
-            del hidden
+        head = policy.model.get_output_embeddings()
+        vocab, hidden_size = head.weight.shape
+        gen = torch.Generator().manual_seed(0)
+
+        def inputs(*shape):
+            hidden = torch.randn(*shape, hidden_size, generator=gen).to(policy.device)
+            targets = torch.randint(0, vocab, shape, generator=gen).to(policy.device)
+            return hidden.requires_grad_(), targets
+
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
+            if isinstance(self.of, PerTurnSide):  # [rows, kept, vocabulary] at once
+                rows, kept = max(((len(c), max(len(s.ids) for s in c) - 1 -
+                                   min(s.loss_positions[0] - 1 for s in c))
+                                  for c in self.of.batches()), key=lambda x: x[0] * x[1])
+                hidden, targets = inputs(rows, kept)
+                logp = selective_log_softmax(head(hidden).float(), targets)
+            else:  # loss positions only, a chunk at a time
+                groups = micro_batches([len(s.ids) for s in self.of.samples],
+                                       self.cfg.micro_batch_tokens)
+                n = max(sum(len(self.of.samples[i].loss_positions) for i in g) for g in groups)
+                hidden, targets = inputs(n)
+                logp, _ = head_logprobs(torch, head, hidden, targets,
+                                        torch.ones(n, device=policy.device), policy.autocast,
+                                        with_entropy=True)
+        logp.sum().backward()
         policy.model.zero_grad(set_to_none=True)
         return {}
-
-
-def packed_rows(spade: SpadeSide, device_cfg: Any) -> Callable[[], list]:
-    from stages.packing import micro_batches
-
-    def rows() -> list:
-        out = []
-        for group in micro_batches([len(s.ids) for s in spade.samples],
-                                   device_cfg.micro_batch_tokens):
-            packed = spade.policy.pack([spade.samples[i] for i in group])
-            out.append(({"input_ids": packed.ids, "position_ids": packed.positions},
-                        (0, packed.predictors)))
-        return out
-    return rows
-
-
-def padded_rows(per_turn: PerTurnSide) -> Callable[[], list]:
-    def rows() -> list:
-        out = []
-        for chunk in per_turn.batches():
-            ids, attention, mask, _ = per_turn.padded(chunk)
-            out.append(({"input_ids": ids, "attention_mask": attention},
-                        per_turn.torch.nn.functional.pad(mask, (0, 1))))
-        return out
-    return rows
 
 
 # -- one shape --------------------------------------------------------------------------------
@@ -383,10 +381,10 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
     plays = make_plays(shape, args.plays, config["vocab_size"], args.seed)
     wanted = args.sides or list(SIDES)
     sides: dict[str, Any] = {}
-    if "spade" in wanted or "body" in wanted:
+    if "spade" in wanted or "head" in wanted:
         sides["spade"] = SpadeSide(model_dir, cfg, plays)
     skipped: dict[str, str] = {}
-    if "per-turn" in wanted or "body per-turn" in wanted:
+    if "per-turn" in wanted or "head per-turn" in wanted:
         # the recipes' turns a pass when they fit here, else the most that do: an
         # out-of-memory kill would take the whole table with it
         for micro_batch in range(args.per_turn_micro_batch, 0, -1):
@@ -401,13 +399,13 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
             per_turn.policy.close()
             del per_turn
         if "per-turn" not in sides:
-            wanted = [w for w in wanted if w not in ("per-turn", "body per-turn")]
+            wanted = [w for w in wanted if w not in ("per-turn", "head per-turn")]
     if "plain" in wanted:
         sides["plain"] = PlainSide(model_dir, cfg, plays, args.plain_micro_batch_tokens)
-    if "body" in wanted:
-        sides["body"] = BodySide(model_dir, cfg, packed_rows(sides["spade"], cfg))
-    if "body per-turn" in wanted:
-        sides["body per-turn"] = BodySide(model_dir, cfg, padded_rows(sides["per-turn"]))
+    if "head" in wanted:
+        sides["head"] = HeadSide(model_dir, cfg, sides["spade"])
+    if "head per-turn" in wanted:
+        sides["head per-turn"] = HeadSide(model_dir, cfg, sides["per-turn"])
     meter = Meter(torch, sides[next(iter(sides))].policy.device)
     rounds: dict[str, list[dict]] = {side: [] for side in wanted}
     for index in range(1 + args.repeats):  # round 0 warms up
@@ -432,11 +430,9 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
                 r["mfu"] = 6 * params * r["forward_tokens"] / r["seconds"] / \
                     (args.peak_tflops * 1e12)
         results["sides"][side] = r
-    for side, body in (("spade", "body"), ("per-turn", "body per-turn")):
-        if side in results["sides"] and body in results["sides"]:
-            results["sides"][side]["logits_bytes"] = max(
-                0, results["sides"][side]["peak_above_bytes"]
-                - results["sides"][body]["peak_above_bytes"])
+    for side, head in (("spade", "head"), ("per-turn", "head per-turn")):
+        if side in results["sides"] and head in results["sides"]:
+            results["sides"][side]["logits_bytes"] = results["sides"][head]["peak_above_bytes"]
     for side in sides.values():
         side.policy.close()
     return results

@@ -144,11 +144,12 @@ def train_grpo(
         config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
         where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"
-        skipped = ", ".join(f"{k} {v}" for k, v in info["skipped"].items())
-        fallbacks = info["per_turn_fallbacks"]
-        summarize("train-grpo", stats, f"{info['samples']} samples {info['roles']}, "
-                  f"{len(trained)} steps {where}"
-                  f"{f'; {fallbacks} plays trained turn by turn' if fallbacks else ''}"
-                  f"{'; skipped ' + skipped if skipped else ''}")
+        parts = [f"{info['samples']} samples {info['roles']}, {len(trained)} steps {where}"]
+        if info["per_turn_fallbacks"]:
+            parts.append(f"{info['per_turn_fallbacks']} plays trained turn by turn")
+        parts += [f"{part} {t:.1f} s" for part, t in info.get("seconds", {}).items()]
+        if info["skipped"]:
+            parts.append("skipped " + ", ".join(f"{k} {v}" for k, v in info["skipped"].items()))
+        summarize("train-grpo", stats, "; ".join(parts))
         if checkpoint is None:
             print("train-grpo: nothing to train on", file=sys.stderr)

@@ -89,18 +89,26 @@ def loss_logprobs(torch, model, packed: Packed, autocast: bool, with_entropy: bo
                   chunk: int | None = None):
     """log p of every loss token of `packed` under `model` ([N], in the packed order), and its
     entropy (no graph: a logged statistic) when asked. Differentiable when grad is enabled."""
-    from torch.utils.checkpoint import checkpoint
-
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    decoder = model.get_decoder()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         hidden = decoder(input_ids=packed.ids, position_ids=packed.positions,
                          use_cache=False).last_hidden_state[0]
-    hidden = hidden.index_select(0, packed.predictors)
+    return head_logprobs(torch, model.get_output_embeddings(),
+                         hidden.index_select(0, packed.predictors), packed.targets,
+                         packed.temperatures, autocast, with_entropy, chunk)
+
+
+def head_logprobs(torch, head, hidden, targets, temperatures, autocast: bool,
+                  with_entropy: bool = False, chunk: int | None = None):
+    """log p of `targets` (and entropy) from the hidden states that predict them, through the
+    output head a chunk of positions at a time."""
+    from torch.utils.checkpoint import checkpoint
+
     chunk = chunk or max(1, LOGIT_ELEMENTS // head.weight.shape[0])
     logps, entropies = [], []
     for first in range(0, hidden.shape[0], chunk):
         part = slice(first, first + chunk)
-        args = (hidden[part], packed.targets[part], packed.temperatures[part])
+        args = (hidden[part], targets[part], temperatures[part])
         if torch.is_grad_enabled():
             # backward recomputes this chunk's logits instead of keeping them
             logp, entropy = checkpoint(_head_logprobs, torch, head, autocast, with_entropy,

@@ -105,13 +105,15 @@ def assign(token_counts: list[int], world: int) -> list[list[int]]:
     return shares
 
 
-def sum_over_ranks(torch, values: dict[str, float], layout: Layout) -> dict[str, float]:
+def sum_over_ranks(torch, values: dict[str, float], layout: Layout,
+                   device: str = "cpu") -> dict[str, float]:
+    """`device`: where the collective runs (nccl reduces CUDA tensors only)."""
     if not layout.sharded or not values:
         return values
     import torch.distributed as dist
 
     keys = sorted(values)
-    total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    total = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return dict(zip(keys, total.tolist()))
 
@@ -127,12 +129,12 @@ def gather_dicts(part: dict, layout: Layout) -> dict:
     return {k: v for p in parts for k, v in p.items()}
 
 
-def max_over_ranks(torch, value: int, layout: Layout) -> int:
+def max_over_ranks(torch, value: int, layout: Layout, device: str = "cpu") -> int:
     if not layout.sharded:
         return value
     import torch.distributed as dist
 
-    total = torch.tensor([value], dtype=torch.int64)
+    total = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(total, op=dist.ReduceOp.MAX)
     return int(total.item())
 

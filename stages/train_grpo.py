@@ -273,7 +273,9 @@ class Policy:
         if layout.sharded and cfg.lora_rank:
             raise NotImplementedError("LoRA on several ranks is not supported: train it on one "
                                       "(--nproc 1)")
+        began = time.monotonic()
         self.device = parallel.start(torch, layout, pick_device(cfg.device))
+        self.seconds = {"rendezvous": time.monotonic() - began}
         self.autocast = self.device.startswith("cuda") and cfg.bf16 and \
             torch.cuda.is_bf16_supported()
         torch.manual_seed(cfg.seed)
@@ -303,6 +305,7 @@ class Policy:
             parallel.load_optimizer_state(self.model, self.optimizer,
                                           _named_optimizer_state(moments, model), layout)
         self.check_head()
+        self.seconds["load"] = time.monotonic() - began - self.seconds["rendezvous"]
         self.anchor = None
         if cfg.kl_beta > 0:
             # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
@@ -342,7 +345,7 @@ class Policy:
         torch = self.torch
         bad = next((name for name, p in self.model.named_parameters()
                     if not bool(torch.isfinite(parallel.local_tensor(p)).all())), None)
-        if parallel.max_over_ranks(torch, int(bad is not None), self.layout):
+        if parallel.max_over_ranks(torch, int(bad is not None), self.layout, self.device):
             raise Diverged(f"weight {bad or '(on another rank)'} is not finite after the "
                            f"update: no checkpoint written")
         model, weights, moments = self.model, None, None
@@ -576,7 +579,7 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
         for key, value in parts.items():
             sums[key] += value
     sums = parallel.sum_over_ranks(torch, dict(sums, forward=forward_tokens, real=real_tokens),
-                                   policy.layout)
+                                   policy.layout, policy.device)
     forward_tokens, real_tokens = sums.pop("forward"), sums.pop("real")
     grad_norm = parallel.full_tensor(torch.nn.utils.clip_grad_norm_(
         [p for p in policy.model.parameters() if p.requires_grad], cfg.max_grad_norm))
@@ -599,7 +602,7 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
     # timings and memory vary between identical reruns: they live in `meta`, outside the id
     meta = {"seconds": round(seconds, 4),
             "tokens_per_s": round(loss_tokens / seconds, 2) if seconds > 0 else 0.0}
-    peak_bytes = parallel.max_over_ranks(torch, peak.read() or 0, policy.layout)
+    peak_bytes = parallel.max_over_ranks(torch, peak.read() or 0, policy.layout, policy.device)
     if peak_bytes:
         meta["peak_memory_bytes"] = peak_bytes  # the largest of any rank
     return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
@@ -693,15 +696,20 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     policy = Policy(model_dir, cfg, anchor, layout)
     try:
         trained = []
+        began = time.monotonic()
         for step in update(policy, samples, plan, cfg, step0):
             trained.append(step)
             report(len(trained), steps, int(step.stats.get("loss_tokens", 0)))
+        seconds = {**policy.seconds, "train": time.monotonic() - began}
+        began = time.monotonic()
         Path(ckpt_root).mkdir(parents=True, exist_ok=True)
         policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
                           "parent": os.path.normpath(model_dir),
                           "start_model": start_model(model_dir), "kl_anchor": anchor,
                           "info": info,
                           "train": [t.to_dict() for t in trained]})
+        # where a round's trainer time goes (it varies between reruns: not in the state)
+        info["seconds"] = {**seconds, "save": time.monotonic() - began}
     finally:
         policy.close()
         parallel.stop()
