@@ -383,7 +383,7 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
     sides: dict[str, Any] = {}
     if "spade" in wanted or "head" in wanted:
         sides["spade"] = SpadeSide(model_dir, cfg, plays)
-    skipped: dict[str, str] = {}
+    does_not_fit: dict[str, str] = {}
     if "per-turn" in wanted or "head per-turn" in wanted:
         # the recipes' turns a pass when they fit here, else the most that do: an
         # out-of-memory kill would take the whole table with it
@@ -393,7 +393,7 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
             if need <= 0.7 * free:
                 sides["per-turn"] = per_turn
                 break
-            skipped[f"per-turn x{micro_batch}"] = (
+            does_not_fit[f"per-turn x{micro_batch}"] = (
                 f"does not fit: its logits need about {need / 2 ** 30:.1f} GiB at "
                 f"{micro_batch} turns a pass, {free / 2 ** 30:.1f} GiB available")
             per_turn.policy.close()
@@ -416,7 +416,7 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
     params = sum(p.numel() for p in next(iter(sides.values())).policy.model.parameters())
     results: dict[str, Any] = {"shape": shape.__dict__, "plays": args.plays,
                                "episode_tokens": shape.episode_tokens, "params": params,
-                               "device": meter.device, "sides": {}, "skipped": skipped}
+                               "device": meter.device, "sides": {}, "does_not_fit": does_not_fit}
     for side in wanted:
         timed = rounds[side]
         r = dict(min(timed, key=lambda x: abs(x["seconds"] - statistics.median(
@@ -447,7 +447,7 @@ def shape_rows(r: dict[str, Any], cuda: bool) -> list[list[Any]]:
                      s["peak_above_bytes"] / 2 ** 30,
                      logits / 2 ** 30 if logits is not None else "-"]
                     + ([f"{s['mfu']:.1%}" if "mfu" in s else "-"] if cuda else []))
-    for side, why in r["skipped"].items():
+    for side, why in r["does_not_fit"].items():
         rows.append([side, why] + [""] * (5 + cuda))
     return rows
 
