@@ -254,15 +254,16 @@ class PerTurnSide(Side):
             targets[row, start:end] = torch.tensor(s.ids[start + 1:end + 1])
         return ids.to(device), attention.to(device), mask.to(device), targets.to(device)
 
+    @staticmethod
+    def kept(chunk: list) -> int:
+        """Positions whose logits this path keeps for a micro-batch: from its first
+        completion position's predictor to the end of its longest row."""
+        return max(len(s.ids) for s in chunk) - (min(s.loss_positions[0] for s in chunk) - 1)
+
     def logits_bytes(self, vocab: int) -> int:
         """The largest logits tensor a micro-batch of this path makes: rows x kept x vocab fp32
         (it makes about three of them at once: logits, their log-softmax, the gradient)."""
-        largest = 0
-        for chunk in self.batches():
-            width = max(len(s.ids) for s in chunk)
-            first = min(s.loss_positions[0] for s in chunk) - 1
-            largest = max(largest, len(chunk) * (width - first) * vocab * 4)
-        return largest
+        return max(len(chunk) * self.kept(chunk) * vocab * 4 for chunk in self.batches())
 
     def batches(self):
         for first in range(0, len(self.samples), self.micro_batch):
@@ -349,9 +350,8 @@ class HeadSide(Side):
 
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=policy.autocast):
             if isinstance(self.of, PerTurnSide):  # [rows, kept, vocabulary] at once
-                rows, kept = max(((len(c), max(len(s.ids) for s in c) - 1 -
-                                   min(s.loss_positions[0] - 1 for s in c))
-                                  for c in self.of.batches()), key=lambda x: x[0] * x[1])
+                rows, kept = max(((len(c), self.of.kept(c)) for c in self.of.batches()),
+                                 key=lambda x: x[0] * x[1])
                 hidden, targets = inputs(rows, kept)
                 logp = selective_log_softmax(head(hidden).float(), targets)
             else:  # loss positions only, a chunk at a time

@@ -440,17 +440,13 @@ def _has_dropout(policy: Policy) -> bool:
         float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0
 
 
-def _micro_batches(samples: list[Sample], chosen: list[int], cfg: Config) -> list[list[int]]:
-    groups = micro_batches([len(samples[i].ids) for i in chosen], cfg.micro_batch_tokens)
-    return [[chosen[g] for g in group] for group in groups]
-
-
 def _rank_passes(samples: list[Sample], chosen: list[int], cfg: Config,
                  layout: parallel.Layout) -> list[tuple[list[int], bool]]:
     """This rank's micro-batches of samples[chosen], shared among ranks by tokens, each with
     whether it counts: a rank with fewer replays its first (or the step's first) at weight 0,
     so every rank makes as many passes (and collectives) as the busiest."""
-    groups = _micro_batches(samples, chosen, cfg)
+    groups = [[chosen[g] for g in group] for group in
+              micro_batches([len(samples[i].ids) for i in chosen], cfg.micro_batch_tokens)]
     if not groups:
         return []
     shares = parallel.assign([sum(len(samples[i].ids) for i in g) for g in groups], layout.world)
@@ -692,7 +688,8 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         done = json.loads(state_path.read_text())
         info["resumed"] = True
         return [Train.model_validate(t) for t in done["train"]], out, info
-    anchor = cfg.kl_anchor or start_model(model_dir)
+    start = start_model(model_dir)
+    anchor = cfg.kl_anchor or start
     policy = Policy(model_dir, cfg, anchor, layout)
     try:
         trained = []
@@ -705,7 +702,7 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         Path(ckpt_root).mkdir(parents=True, exist_ok=True)
         policy.save(out, {"step": step0 + steps, "round": round, "inputs": digest,
                           "parent": os.path.normpath(model_dir),
-                          "start_model": start_model(model_dir), "kl_anchor": anchor,
+                          "start_model": start, "kl_anchor": anchor,
                           "info": info,
                           "train": [t.to_dict() for t in trained]})
         # where a round's trainer time goes (it varies between reruns: not in the state)
