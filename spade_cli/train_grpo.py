@@ -57,6 +57,9 @@ def train_grpo(
              "runs).")] = False,
     lora_rank: Annotated[int, typer.Option(help="LoRA rank (0 = full fine-tuning).")] = 0,
     gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
+    cpu_offload: Annotated[bool, typer.Option(
+        help="Keep the sharded weights, gradients and AdamW state in host memory (FSDP2 "
+             "offload): for models whose training state does not fit the GPUs.")] = False,
     nproc: Annotated[int, typer.Option(
         min=1, help="Train on this many local ranks (FSDP2: nccl on GPUs, gloo on CPU). Under "
                     "torchrun, leave it at 1: the ranks come from torchrun.")] = 1,
@@ -110,7 +113,7 @@ def train_grpo(
                            max_grad_norm=max_grad_norm, roles=chosen,
                            train_on_hinted=train_on_hinted, mask_truncated=mask_truncated,
                            mask_malformed_tool_calls=mask_malformed_tool_calls,
-                           lora_rank=lora_rank,
+                           lora_rank=lora_rank, cpu_offload=cpu_offload,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
         layout = parallel.from_environment()
@@ -118,8 +121,9 @@ def train_grpo(
             raise UsageError("--nproc under torchrun: torchrun already gives the ranks")
         if layout.sharded and "-" in inputs:
             raise UsageError("under torchrun, name the input shards: ranks cannot share stdin")
-        if nproc > 1 and lora_rank:
-            raise UsageError("--lora-rank trains on one rank: drop --nproc")
+        if lora_rank and (nproc > 1 or layout.sharded or cpu_offload):
+            raise UsageError("--lora-rank trains on one rank, without offload: drop --nproc "
+                             "and --cpu-offload")
         kinds = {"rollout", "regret", "design"}
         shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))

@@ -41,9 +41,10 @@ def from_environment() -> Layout:
                   local_rank=int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def start(torch, layout: Layout, device: str) -> str:
-    """Join the process group (nccl on CUDA, gloo on CPU); the device this rank trains on."""
-    if not layout.sharded:
+def start(torch, layout: Layout, device: str, fsdp: bool = False) -> str:
+    """Join the process group (nccl on CUDA, gloo on CPU); the device this rank trains on.
+    `fsdp`: one process wants FSDP2 too (to offload to the CPU), in a group of its own."""
+    if not (layout.sharded or fsdp):
         return device
     import torch.distributed as dist
 
@@ -51,15 +52,34 @@ def start(torch, layout: Layout, device: str) -> str:
     if cuda:
         device = f"cuda:{layout.local_rank}"
         torch.cuda.set_device(device)
+    # offloaded shards live on the CPU: their collectives (norms, gathers) need gloo there
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
+        if layout.sharded:
+            dist.init_process_group(backend)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return device
+
+
+def grouped() -> bool:
+    """Whether this process is in a process group (collectives and sharded state apply)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def barrier(layout: Layout) -> None:
+    if layout.sharded:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def stop() -> None:
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if grouped():
         dist.destroy_process_group()
 
 
@@ -72,18 +92,22 @@ def transformer_blocks(model) -> list:
     return list(blocks)
 
 
-def shard(torch, model, bf16: bool) -> None:
+def shard(torch, model, bf16: bool, offload: bool = False) -> None:
     """FSDP2: each transformer block its own unit, then the root (embeddings, final norm, the
     output head, tied or not). Parameters are gathered in bf16 on a GPU (master weights and
-    optimizer state stay fp32 and sharded) and gradients reduced in fp32."""
-    from torch.distributed.fsdp import (MixedPrecisionPolicy, fully_shard,
+    optimizer state stay fp32 and sharded) and gradients reduced in fp32. `offload`: the
+    shards, their gradients and the optimizer step live in host memory (the GPU holds a
+    gathered block at a time), for models whose sharded state does not fit the GPUs."""
+    from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard,
                                         register_fsdp_forward_method)
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if bf16 else MixedPrecisionPolicy()
+    # pinned host memory speeds the copies, and exists only where there is an accelerator
+    offloaded = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else None
     units = transformer_blocks(model) + [model]
     for unit in units:
-        fully_shard(unit, mp_policy=policy)
+        fully_shard(unit, mp_policy=policy, offload_policy=offloaded)
     # train-grpo never calls forward(): the root gathers its parameters around this method
     register_fsdp_forward_method(model, LOSS_METHOD)
     for unit in units:
@@ -148,29 +172,8 @@ def local_tensor(value):
     return value.to_local() if hasattr(value, "to_local") else value
 
 
-def full_state(model, optimizer, layout: Layout) -> tuple[dict, dict]:
-    """The model's and the optimizer's whole state on CPU, keyed by parameter name: on the
-    main rank only (every rank takes part in gathering it)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+def is_sharded(model) -> bool:
+    """Whether `model` went through `shard` (its state is DTensors, read and set by rank)."""
+    from torch.distributed.fsdp import FSDPModule
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=layout.sharded)
-    weights = get_model_state_dict(model, options=options)
-    # a tied weight (an output head that is the embedding) is written once, under its first
-    # name, as a whole model's save_pretrained writes it: gathered, its two names are copies
-    first: dict[int, str] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if first.setdefault(id(param), name) != name:
-            weights.pop(name, None)
-    moments = get_optimizer_state_dict(model, optimizer, options=options)
-    return (weights, moments) if layout.main else ({}, {})
-
-
-def load_optimizer_state(model, optimizer, state: dict, layout: Layout) -> None:
-    """Optimizer state keyed by parameter name (every rank reads the whole file and keeps its
-    own shard)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                         set_optimizer_state_dict)
-
-    options = StateDictOptions(full_state_dict=True) if layout.sharded else None
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=state, options=options)
+    return isinstance(model, FSDPModule)

@@ -51,13 +51,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from stages import parallel, rewards
+from stages import checkpoint, parallel, rewards
 from stages.packing import Packed, loss_logprobs, micro_batches, pack
 from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
 
 log = logging.getLogger(__name__)
-STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = checkpoint.STATE_FILE
 
 
 class Diverged(ArithmeticError):
@@ -93,6 +92,9 @@ class Config:
     mask_malformed_tool_calls: bool = False
     roles: tuple[str, ...] = ("agent", "designer")
     lora_rank: int = 0  # 0 = full fine-tuning
+    # FSDP2 CPU offload: sharded weights, gradients and AdamW in host memory (30B full
+    # fine-tuning on 80 GB GPUs, as the reference offloads Adam)
+    cpu_offload: bool = False
     lora_alpha: int = 32
     bf16: bool = True  # only used on CUDA
     gradient_checkpointing: bool = False
@@ -259,7 +261,8 @@ def _temperature(record: Record) -> float:
 
 class Policy:
     """The model being trained, its optimizer, and log p of packed samples, on one rank of
-    `layout` (stages/parallel.py: the whole model on one process, or FSDP2 shards)."""
+    `layout` (stages/parallel.py: the whole model on one process, or FSDP2 shards); how it is
+    read and written is stages/checkpoint.py."""
 
     def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None,
                  layout: parallel.Layout = parallel.Layout()):
@@ -269,41 +272,23 @@ class Policy:
 
         torch, transformers = import_torch_transformers()
         check_local_model(model_dir)
-        self.torch, self.cfg, self.layout = torch, cfg, layout
-        if layout.sharded and cfg.lora_rank:
-            raise NotImplementedError("LoRA on several ranks is not supported: train it on one "
-                                      "(--nproc 1)")
+        self.torch, self.transformers, self.cfg, self.layout = torch, transformers, cfg, layout
+        if cfg.lora_rank and (layout.sharded or cfg.cpu_offload):
+            raise NotImplementedError("LoRA trains on one rank, without offload: drop --nproc "
+                                      "and --cpu-offload")
+        self.fsdp = layout.sharded or cfg.cpu_offload
         began = time.monotonic()
-        self.device = parallel.start(torch, layout, pick_device(cfg.device))
+        self.device = parallel.start(torch, layout, pick_device(cfg.device), self.fsdp)
         self.seconds = {"rendezvous": time.monotonic() - began}
         self.autocast = self.device.startswith("cuda") and cfg.bf16 and \
             torch.cuda.is_bf16_supported()
+        # the export engines load: the dtype the policy computes in
+        self.export_dtype = torch.bfloat16 if self.autocast else torch.float32
         torch.manual_seed(cfg.seed)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         # fp32 master weights, except a LoRA run on CUDA: the frozen base can stay in bf16
         base_dtype = torch.bfloat16 if cfg.lora_rank and self.autocast else torch.float32
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=base_dtype)
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        if cfg.lora_rank:
-            try:
-                import peft
-            except ImportError:
-                from stages.backends import BackendUnavailable
-
-                raise BackendUnavailable("--lora-rank needs peft: pip install peft") from None
-            model = peft.get_peft_model(model, peft.LoraConfig(
-                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                task_type="CAUSAL_LM"))
-        self.model = self._place(model)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas,
-            weight_decay=cfg.weight_decay)
-        state = Path(model_dir) / OPTIMIZER_FILE
-        if state.exists() and not cfg.lora_rank:
-            moments = torch.load(state, map_location="cpu", weights_only=True)
-            parallel.load_optimizer_state(self.model, self.optimizer,
-                                          _named_optimizer_state(moments, model), layout)
+        self.model, self.optimizer = self._load(model_dir, base_dtype, trainable=True)
         self.check_head()
         self.seconds["load"] = time.monotonic() - began - self.seconds["rendezvous"]
         self.anchor = None
@@ -311,17 +296,48 @@ class Policy:
             # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
             # half the memory of fp32
             check_local_model(anchor or model_dir)
-            reference = transformers.AutoModelForCausalLM.from_pretrained(
-                anchor or model_dir, dtype=torch.bfloat16 if self.autocast else torch.float32)
-            self.anchor = self._place(reference.requires_grad_(False)).eval()
+            self.anchor, _ = self._load(anchor or model_dir, self.export_dtype, trainable=False)
+            self.anchor.eval()
 
-    def _place(self, model):
-        """On this rank's device, whole or sharded; `loss_logprobs` is what the loop calls."""
+    def _load(self, model_dir: str, dtype, trainable: bool):
+        """The model of `model_dir` on this rank, whole or sharded, filled; when `trainable`,
+        with its optimizer (for LoRA: adapters on a frozen base, and their optimizer)."""
+        torch, cfg = self.torch, self.cfg
+        model, buffers = checkpoint.skeleton(torch, self.transformers, model_dir, dtype)
         model.config.use_cache = False
-        model.loss_logprobs = functools.partial(loss_logprobs, self.torch, model)
-        if self.layout.sharded:
-            parallel.shard(self.torch, model, self.autocast)
-        return model.to(self.device)
+        model.requires_grad_(trainable)
+        if trainable and cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.loss_logprobs = functools.partial(loss_logprobs, torch, model)
+        if self.fsdp:
+            parallel.shard(torch, model, self.autocast, cfg.cpu_offload)
+        checkpoint.materialize(model, buffers, "cpu" if cfg.cpu_offload else self.device,
+                               self.device)
+        lora = trainable and cfg.lora_rank
+        optimizer = self._optimizer(model) if trainable and not lora else None
+        checkpoint.fill(torch, self.transformers, model, optimizer, model_dir, self.layout,
+                        trainer_state=trainable and not lora)
+        if lora:
+            model = self._with_adapters(model).to(self.device)
+            optimizer = self._optimizer(model)
+        return model, optimizer
+
+    def _optimizer(self, model):
+        return self.torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
+            betas=self.cfg.betas, weight_decay=self.cfg.weight_decay)
+
+    def _with_adapters(self, model):
+        try:
+            import peft
+        except ImportError:
+            from stages.backends import BackendUnavailable
+
+            raise BackendUnavailable("--lora-rank needs peft: pip install peft") from None
+        # peft puts its layers into `model` itself: its loss_logprobs runs through them
+        return peft.get_peft_model(model, peft.LoraConfig(
+            r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, target_modules="all-linear",
+            task_type="CAUSAL_LM"))
 
     def check_head(self) -> None:
         """loss_logprobs applies the output head to the decoder's last hidden state, which is
@@ -340,30 +356,18 @@ class Policy:
         return pack(self.torch, samples, self.device)
 
     def save(self, out: Path, state: dict) -> None:
-        """Every rank takes part; the main rank writes `out` (atomically: a .tmp, then a
-        rename), as plain HF weights every backend loads."""
+        """Every rank takes part: `out` complete, or nothing (stages/checkpoint.py)."""
         torch = self.torch
         bad = next((name for name, p in self.model.named_parameters()
                     if not bool(torch.isfinite(parallel.local_tensor(p)).all())), None)
         if parallel.max_over_ranks(torch, int(bad is not None), self.layout, self.device):
             raise Diverged(f"weight {bad or '(on another rank)'} is not finite after the "
                            f"update: no checkpoint written")
-        model, weights, moments = self.model, None, None
+        model, optimizer = self.model, self.optimizer
         if self.cfg.lora_rank:
-            model = model.merge_and_unload()  # every backend loads plain weights
-        else:
-            weights, moments = parallel.full_state(self.model, self.optimizer, self.layout)
-        if not self.layout.main:
-            return
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, state_dict=weights)
-        self.tokenizer.save_pretrained(tmp)
-        if moments is not None:
-            torch.save(moments, tmp / OPTIMIZER_FILE)
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+            model, optimizer = model.merge_and_unload(), None  # every backend loads plain weights
+        checkpoint.save(torch, model, optimizer, self.tokenizer, out, state, self.export_dtype,
+                        self.layout)
 
     def close(self) -> None:
         """Let go of the model, its KL anchor and the optimizer state; on CUDA their memory goes
@@ -372,17 +376,6 @@ class Policy:
 
         self.model = self.anchor = self.optimizer = None
         release_device_memory(self.torch, self.device)
-
-
-def _named_optimizer_state(moments: dict, model) -> dict:
-    """Optimizer state keyed by parameter name, as parallel.full_state writes it; files from
-    before sharding keyed it by position among the trainable parameters."""
-    if not any(isinstance(key, int) for key in moments.get("state", {})):
-        return moments
-    names = [name for name, p in model.named_parameters() if p.requires_grad]
-    return {"state": {names[i]: v for i, v in moments["state"].items()},
-            "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
-                             for g in moments["param_groups"]]}
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float]:
@@ -635,7 +628,7 @@ def prune_checkpoints(ckpt_root: str, keep_last: int, protect: Iterable[str] = (
     for index, path in enumerate(steps):
         newest = index == len(steps) - 1
         if not newest:
-            (path / OPTIMIZER_FILE).unlink(missing_ok=True)
+            checkpoint.prune_trainer_state(path)
         if index < len(steps) - keep_last and not (path / KEEP_FILE).exists() \
                 and os.path.realpath(path) not in spared:
             shutil.rmtree(path)

@@ -83,6 +83,16 @@ def test_two_ranks_make_the_update_one_rank_makes(plays_file, tiny_model, one_ra
                               weights(tmp_path / "after-two" / "step-000002")) < 1e-5
 
 
+def test_two_offloaded_ranks_make_the_same_update(plays_file, tiny_model, one_rank, tmp_path):
+    """With FSDP2 CPU offload the shards and the optimizer step live in host memory; the
+    update is the same."""
+    single, _ = one_rank
+    ckpt = tmp_path / "ckpt"
+    train([str(plays_file), "-m", tiny_model, "--ckpt-dir", str(ckpt), "--nproc", "2",
+           "--cpu-offload", *TRAIN])
+    assert largest_difference(weights(single), weights(ckpt / "step-000001")) < 1e-5
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -232,7 +232,7 @@ def test_checkpoint_loads_resumes_and_counts_steps(tiny_model, tmp_path):
     records, out, _ = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
     assert out.name == "step-000002" and [r.step for r in records] == [1, 2]
     state = json.loads((out / stage.STATE_FILE).read_text())
-    assert state["step"] == 2 and (out / "optimizer.pt").exists()
+    assert state["step"] == 2 and (out / "trainer" / ".metadata").exists()
     reloaded = load_backend(BackendSpec(name="hf", model=str(out)))
     assert reloaded.chat([[{"role": "user", "content": "go"}]], Sampling(max_tokens=2, seed=0))
     again, same_out, info = stage.run(plays, tiny_model, str(tmp_path / "ckpt"), cfg)
@@ -384,13 +384,14 @@ def test_prune_keeps_the_newest_the_parent_and_marked_checkpoints(tmp_path):
         folder = tmp_path / f"step-{step:06d}"
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"w")
-        (folder / "optimizer.pt").write_bytes(b"o")
+        (folder / "trainer").mkdir()
+        (folder / "trainer" / ".metadata").write_bytes(b"o")
     (tmp_path / "step-000002" / stage.KEEP_FILE).write_text("eval: runs/x/r01/eval-rg-hard\n")
     deleted = stage.prune_checkpoints(str(tmp_path), 2, protect=[str(tmp_path / "step-000004")])
     assert sorted(p.name for p in deleted) == ["step-000001", "step-000003"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "step-000002", "step-000004", "step-000005", "step-000006"]
-    assert [p.parent.name for p in sorted(tmp_path.glob("*/optimizer.pt"))] == ["step-000006"]
+    assert [p.parent.name for p in sorted(tmp_path.glob("*/trainer"))] == ["step-000006"]
     assert all((tmp_path / name / "model.safetensors").exists()
                for name in ("step-000002", "step-000004", "step-000005"))
 
