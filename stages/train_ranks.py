@@ -4,7 +4,8 @@ In: a spec file the launching command wrote (the records, model and checkpoint f
 config and round, pickled: spade writes it and spade reads it, on this machine).
 Out: the main rank writes the outcome beside it: (train records, checkpoint, info), or the
 exception that stopped training, which the launching command raises as its own (Diverged is
-still exit 65).
+still exit 65); ranks that died with no outcome (killed: out of memory, a signal) are
+RanksFailed, exit 69.
 Guarantees: the ranks train exactly what `stages.train_grpo.run` trains in one process (see
 stages/parallel.py); nothing but the main rank writes a file.
 """
@@ -17,6 +18,11 @@ import sys
 from pathlib import Path
 
 from stages import parallel, train_grpo
+from stages.backends import BackendUnavailable
+
+
+class RanksFailed(BackendUnavailable):
+    """The ranks stopped without an outcome: one was killed or crashed outside train-grpo."""
 
 
 def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
@@ -33,8 +39,9 @@ def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train
         if isinstance(result, BaseException):
             raise result
         return result
-    raise RuntimeError(f"train-grpo on {nproc} ranks failed (torchrun exit {code}); the ranks' "
-                       f"output is above")
+    raise RanksFailed(f"train-grpo on {nproc} ranks stopped with no result (torchrun exit "
+                      f"{code}): a rank was killed (out of memory is the usual cause) or "
+                      f"crashed; the ranks' output is above, no checkpoint was written")
 
 
 def main(spec: str) -> int:

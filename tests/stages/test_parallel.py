@@ -6,6 +6,7 @@ import random
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +92,40 @@ def test_two_offloaded_ranks_make_the_same_update(plays_file, tiny_model, one_ra
     train([str(plays_file), "-m", tiny_model, "--ckpt-dir", str(ckpt), "--nproc", "2",
            "--cpu-offload", *TRAIN])
     assert largest_difference(weights(single), weights(ckpt / "step-000001")) < 1e-5
+
+
+def command_line(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it has exited since
+        return b"torch.distributed.run"
+
+
+def test_a_killed_rank_is_one_line_and_exit_69_with_no_checkpoint(plays_file, tiny_model,
+                                                                    tmp_path):
+    """What the kernel's OOM killer does to a rank: the command says so, it is no bug."""
+    import signal
+    import time
+
+    ckpt = tmp_path / "ckpt"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "spade_cli", "train-grpo", str(plays_file), "-m", tiny_model,
+         "--ckpt-dir", str(ckpt), "--nproc", "2", *TRAIN],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and command.poll() is None:
+        ranks = [pid for pid in subprocess.run(["pgrep", "-f", "stages.train_ranks"],
+                                               capture_output=True, text=True).stdout.split()
+                 if b"torch.distributed.run" not in command_line(pid)]
+        if ranks:  # a worker, not torchrun itself (whose command line names the module too)
+            os.kill(int(ranks[0]), signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    out, err = command.communicate(timeout=120)
+    assert command.returncode == 69, err[-2000:]
+    assert "Traceback" not in err.splitlines()[-1]
+    assert "train-grpo on 2 ranks stopped with no result" in err.splitlines()[-1]
+    assert out == "" and not list(ckpt.glob("step-*[0-9]"))
 
 
 def free_port() -> int:
