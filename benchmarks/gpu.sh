@@ -9,7 +9,8 @@
 # What it measures (benchmarks/gpu.py has the details): a Qwen3-shaped model with random
 # weights (no download); rollout tokens/s through the vllm backend, barrier-free vs --barrier,
 # and through hf; train-grpo in bf16 with MFU; a 2-round recipe in server mode (engine starts,
-# reload seconds). A section whose needs are missing (vLLM is not on the GPU image and cannot be
+# reload seconds); train-grpo on a Qwen3-4B shape with the real vocabulary at 2k, 8k and 32k
+# tokens, its peak memory beside `spade run --plan`'s arithmetic. A section whose needs are missing (vLLM is not on the GPU image and cannot be
 # carried) is a table row saying so. Results: $OUT (or --out DIR, default runs/gpu-check):
 # gpu.txt, gpu.json, sections.log, gpu.log. All traffic stays on 127.0.0.1.
 # Other arguments go to benchmarks/gpu.py (--shape qwen3-4b, --budget SECONDS, --skip NAME).

@@ -17,10 +17,10 @@ import typer
 def register(app: typer.Typer) -> None:
     """Every subcommand except `run`, in the order `spade --help` lists them."""
     from spade_cli import (audit, design, eval, hint, memory, model, report, rollout,
-                           score_regret, seeds, serve, train_grpo, validate)
+                           score_regret, seeds, serve, train_grpo, trainer, validate)
 
     for module in (model, serve, seeds, design, validate, audit, hint, rollout, score_regret,
-                   train_grpo, eval, memory, report):
+                   train_grpo, trainer, eval, memory, report):
         module.register(app)
 
 

@@ -22,10 +22,16 @@ last round; the final round flushes the open set). Eval every
 `every` rounds of the eval stage.
 
 Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`,
-`restarts`): one vLLM server holds the policy for the whole run; every generating stage reaches
-it with `--backend openai --base-url URL --model spade-policy --policy CKPT` instead of loading
-its own engine, and train-grpo still trains the checkpoint directory in-process. The runner
-owns the server (spade_cli/run.py); the Loop only wires the stages' arguments.
+`restarts`, and the engine's layout `data-parallel`, `tensor-parallel`, `expert-parallel`): one
+vLLM server holds the policy for the whole run; every generating stage reaches it with
+`--backend openai --base-url URL --model spade-policy --policy CKPT` instead of loading its own
+engine, and train-grpo still trains the checkpoint directory in-process. The layout: the engine
+uses data-parallel x tensor-parallel GPUs (replicas of tensor-parallel GPUs each, vLLM's
+`--data-parallel-size` and `--tensor-parallel-size`), and `expert-parallel = true` spreads a MoE
+model's experts over all of them (`--enable-expert-parallel`); it is said there only, never also
+in `args`. Every sleep and reload reaches every replica (stages/serve.py). The runner owns the
+server (spade_cli/run.py); the Loop only wires the stages' arguments. The paper recipes serve by
+default, over the 8 GPUs of one node as the reference lays out its engines.
 """
 
 from __future__ import annotations
@@ -52,7 +58,9 @@ WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
          "hint": {"model", "out"},
          "rollout": {"round", "model", "out", "hint"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
-         "train-grpo": {"round", "model", "out", "ckpt-dir"}, "eval": {"round", "model", "out"}}
+         "train-grpo": {"round", "model", "out", "ckpt-dir", "trainer"},
+         "eval": {"round", "model", "out"}}
+TRAINER_JOBS = "trainer"  # RUN/trainer: where, in server mode, train-grpo's resident ranks wait
 # The stages that generate: in server mode they reach the run's server, so the runner sets how.
 GENERATING = ("design", "audit", "hint", "rollout", "eval")
 SERVER_WIRED = {"backend", "base-url", "api-key", "policy"}
@@ -66,6 +74,9 @@ SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "start-timeout": (lambda v: (_int(v) or isinstance(v, float)) and v > 0,
                       "a number of seconds above 0"),
     "restarts": (lambda v: _int(v) and v >= 0, "an integer from 0 up"),
+    "data-parallel": (lambda v: _positive_int(v), "an integer of at least 1 (replicas)"),
+    "tensor-parallel": (lambda v: _positive_int(v), "an integer of at least 1 (GPUs a replica)"),
+    "expert-parallel": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -79,6 +90,20 @@ class Serve:
     sleep: bool | None = None  # sleep mode around train steps; None: where a CUDA device is
     start_timeout: float = 600.0
     restarts: int = 2  # a server that dies is started again this often per stage, then exit 69
+    data_parallel: int = 1  # engine replicas, vLLM balancing requests over them
+    tensor_parallel: int = 1  # GPUs each replica is split over
+    expert_parallel: bool = False  # a MoE model's experts over all data_parallel x tensor_parallel
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs the engine uses."""
+        return self.data_parallel * self.tensor_parallel
+
+    @property
+    def layout(self):
+        from stages.serve import Layout
+
+        return Layout(self.data_parallel, self.tensor_parallel, self.expert_parallel)
 
 
 @dataclass(frozen=True)
@@ -217,6 +242,10 @@ def load(path: str, rounds: int | None = None) -> Recipe:
             problem = check_type(command, key, value)
             if problem:
                 raise RecordError(f"{key}: {problem}", where)
+        if command == "train-grpo":
+            from stages import checkpoint
+
+            checkpoint.refuse_lora_in_server_mode(serve is not None, options, where)
         for key in ("every", "attempts"):
             if not _positive_int(table.get(key, 1)):
                 raise RecordError(f"{key}: expected an integer of at least 1, got "
@@ -252,7 +281,13 @@ def load_serve(table: Any, where: str) -> Serve:
     if "python" in settings:
         settings["python"] = os.path.expanduser(settings["python"])
     if "args" in settings:
+        from stages.serve import layout_flag
+
         settings["args"] = tuple(settings["args"])
+        said = layout_flag(settings["args"])
+        if said:
+            raise RecordError(f"args: {said[0]!r} sets the engine's layout: say it with "
+                              f"`{said[1]}` instead", where)
     return Serve(**settings)
 
 
@@ -304,6 +339,8 @@ class Loop:
         self.model_after_train = model_after_train
         self.produced = produced
         self.server = server
+        # server mode keeps train-grpo's ranks up across rounds too (`spade trainer`)
+        self.trainer = f"{self.run}/{TRAINER_JOBS}" if recipe.serve else None
 
     def engine(self, model: str) -> list[str]:
         """How a generating stage reaches the policy: its own engine on `model`, or the
@@ -458,9 +495,10 @@ class Loop:
         if not inputs:
             return model
         out = self.dir(round, "train-grpo")
+        resident = ["--trainer", self.trainer] if self.trainer else []
         self.call(self.argv(train, round, ["--model", model, "--ckpt-dir", f"{self.run}/ckpt",
-                                           "--round", str(round), "-o", out], inputs),
-                  "train-grpo")
+                                           "--round", str(round), "-o", out, *resident],
+                            inputs), "train-grpo")
         return self.model_after_train(out, model)
 
     def designer_sets_due(self, round: int, start: int) -> list[int]:
@@ -489,8 +527,10 @@ def resolved(recipe: Recipe) -> dict[str, Any]:
             "resolved_from": str(Path(recipe.path).resolve())}
 
 
-# [serve] settings that change how a run is served, not what it computes
-SERVE_OPERATIONAL = ("python", "port", "sleep", "start-timeout", "restarts")
+# [serve] settings that change how a run is served, not what it computes (the layout too: the
+# same run on a box with other GPUs keeps its finished rounds)
+SERVE_OPERATIONAL = ("python", "port", "sleep", "start-timeout", "restarts", "data-parallel",
+                     "tensor-parallel", "expert-parallel")
 
 
 def digest(resolved: dict[str, Any]) -> str:

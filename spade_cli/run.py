@@ -27,6 +27,14 @@ def run(
     rounds: Annotated[int | None, typer.Option(min=1, help="Override the recipe's rounds.")] = None,
     from_round: Annotated[int, typer.Option(min=0, help="Start at this round (earlier rounds "
                                                          "must be finished).")] = 0,
+    plan: Annotated[bool, typer.Option("--plan", help="Print each stage's GPUs and memory per "
+                                                      "GPU, and exit (65 if a stage does not "
+                                                      "fit).")] = False,
+    gpus: Annotated[int | None, typer.Option(
+        min=1, help="--plan: GPUs in the box (default: the CUDA devices here, else 8).")] = None,
+    gpu_memory: Annotated[float | None, typer.Option(
+        min=1, metavar="GIB", help="--plan: memory per GPU in GiB (default: this machine's "
+                                   "first CUDA device, else 80).")] = None,
 ) -> None:
     """Run a recipe: design, validate, hint, rollouts, score-regret, train-grpo, eval per round.
 
@@ -44,16 +52,160 @@ def run(
 
         spade run recipes/quickstart.toml
         spade run recipes/quickstart.toml --dry-run > pipeline.sh
+        spade run recipes/qwen3-4b-games.toml --plan --gpus 8 --gpu-memory 80
+
+    `--plan` prints, per stage, the GPUs it uses and its memory per GPU (weights, grads,
+    optimizer, activations at the recipe's context length and micro-batch, logits, KV cache),
+    and exits 65 naming the first stage that does not fit. A real run makes the same check
+    against this machine's GPUs before round 0 (none without a CUDA device).
     """
     from spade_cli import recipe as recipes
     from spade_cli.errors import errors_to_exit
 
     with errors_to_exit("run"):
         recipe = recipes.load(recipe_path, rounds)
-        if dry_run:
+        if plan:
+            show_plan(recipe, gpus, gpu_memory)
+        elif dry_run:
             print_pipeline(recipe, from_round)
         else:
+            check_devices(recipe)
             execute(recipe, from_round)
+
+
+# -- the memory plan (stages/plan.py) ------------------------------------------------------------
+
+def recipe_plan(recipe, box) -> tuple[list, object]:
+    """The plan's rows for `recipe` on `box`, and the model shape they were computed for."""
+    from spade_cli import recipe as recipes
+    from stages import plan
+    from stages.records import RecordError
+
+    path, _ = recipes.model_init_commands(recipe)
+    init = recipe.model.get("init", "tiny")
+    try:
+        if (Path(path) / "config.json").is_file() or init not in ("tiny", "smollm2"):
+            shape = plan.model_shape(path)
+        elif init == "tiny":
+            shape = plan.tiny_shape(int(recipe.model.get("hidden", 64)),
+                                    int(recipe.model.get("layers", 2)))
+        else:
+            shape = plan.SMOLLM2
+    except plan.PlanError as exc:
+        raise RecordError(str(exc), recipe.path) from None
+    stages = []
+    for stage in recipe.stages:
+        label = stage.command
+        if stage.command == "rollout":
+            label += " --hint" if stage.options.get("hint") else " --no-hint"
+        stages.append((label, stage.command, stage.options))
+    return plan.stage_rows(shape, stages, recipe.defaults, recipe.serve, box), shape
+
+
+def show_plan(recipe, gpus: int | None, gpu_memory: float | None) -> None:
+    """`--plan`: the table on stdout; RecordError (exit 65) naming the first stage that does
+    not fit."""
+    from stages import plan
+    from stages.records import RecordError
+
+    here = local_gpus() if gpus is None or gpu_memory is None else None
+    box = plan.Box(gpus or (len(here) if here else 8),
+                   int((gpu_memory or (here[0][1] / plan.GiB if here else 80)) * plan.GiB))
+    rows, shape = recipe_plan(recipe, box)
+    print_plan(recipe, rows, shape, box)
+    misfit = plan.first_misfit(rows)
+    if misfit is not None:
+        raise RecordError(f"stage {misfit.stage} {misfit.problem}", recipe.path)
+
+
+def print_plan(recipe, rows, shape, box) -> None:
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from spade_cli.terminal import terminal_safe
+    from stages import plan
+
+    def gib(value: int) -> str:
+        return f"{value / plan.GiB:.1f}" if value else "-"
+
+    table = Table(title=f"spade run --plan: {recipe.name} on {box.gpus} "
+                        f"GPU{'s' if box.gpus != 1 else ''} of "
+                        f"{box.gpu_memory / plan.GiB:.1f} GiB; GiB per GPU; {shape.name} "
+                        f"({shape.params / 1e9:.2f}B parameters) from {shape.source}",
+                  title_justify="left")
+    for column in ("stage", "GPUs", "weights", "grads", "optimizer", "activations", "logits",
+                   "KV cache", "peak", "fits", "note"):
+        table.add_column(column, justify="left" if column in ("stage", "fits", "note")
+                         else "right")
+    for row in rows:
+        m = row.memory
+        cells = [row.stage, str(row.gpus)]
+        if m is None:
+            cells += ["-"] * 7 + ["yes"]
+        else:
+            cells += [gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations),
+                      gib(m.logits), gib(m.kv_cache), gib(m.peak),
+                      "yes" if row.fits else "NO"]
+        table.add_row(*(Text(terminal_safe(cell)) for cell in cells + [row.note]))
+    # wide enough for every column when the table goes to a file or a pipe
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200).print(table)
+    for row in rows:
+        if row.problem:
+            print(f"{row.stage}: {row.problem}")
+    print(f"peak: the most a GPU holds at once (weights, grads and optimizer state stay through "
+          f"a step; activations, logits and the optimizer's temporaries come and go, so the "
+          f"parts add up to more). A trainer fits when its peak and {plan.RESERVE / plan.GiB:g}"
+          f" GiB (CUDA context, NCCL, fragmentation) fit the GPU; an engine (vLLM takes its "
+          f"share of the GPU) when one full-context sequence's KV cache fits beside its "
+          f"weights.")
+
+
+def local_gpus() -> list[tuple[int, int]] | None:
+    """(free, total) bytes of each CUDA device here, or None without one. Asked in a child
+    process, so that the runner holds no CUDA context of its own through the run."""
+    import subprocess
+    import sys
+
+    if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()):
+        return None
+    probe = ("import json, torch\n"
+             "print(json.dumps([torch.cuda.mem_get_info(i) for i in "
+             "range(torch.cuda.device_count())] if torch.cuda.is_available() else None))")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=300)
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 \
+            else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    return [tuple(device) for device in found] if found else None
+
+
+def check_devices(recipe) -> None:
+    """Before round 0 of a real run: the plan against this machine's CUDA devices, with the
+    memory free on them now; RecordError (exit 65) when a stage does not fit. Nothing to check
+    without a CUDA device, or for a model the plan knows no shape of."""
+    from spade_cli import summary
+    from stages import plan
+    from stages.records import RecordError
+
+    here = local_gpus()
+    if not here:
+        return
+    box = plan.Box(len(here), min(free for free, _ in here))
+    try:
+        rows, _ = recipe_plan(recipe, box)
+    except RecordError as exc:
+        summary.log_line(f"run {recipe.name}: warning: no memory plan: {exc.msg}", echo=True)
+        return
+    misfit = plan.first_misfit(rows)
+    if misfit is not None:
+        raise RecordError(f"stage {misfit.stage} {misfit.problem}, on this machine's "
+                          f"{box.gpus} GPUs with {box.gpu_memory / plan.GiB:.1f} GiB free each "
+                          f"(spade run --plan shows every stage)", recipe.path)
 
 
 def print_pipeline(recipe, from_round: int) -> None:
@@ -113,16 +265,32 @@ def shell_words(argv: list[str]) -> str:
 
 def print_serve(recipe, sleep: bool) -> None:
     """The lines that start the run's server: `spade serve` as a coprocess, whose first line
-    out is the base URL, once it answers; stopped when the script exits."""
+    out is the base URL, once it answers; and the resident trainer; both stopped when the
+    script exits."""
+    from spade_cli import recipe as recipes
+
     print("# serve: one vLLM server for the whole run; generating stages reach it as "
           "spade-policy")
     argv = serve_command(recipe, "$MODEL", recipe.serve.port, sleep)
     log = f"{shlex.quote(recipe.run_dir)}/serve.log"
     # exec: $SERVE_PID is then `spade serve` itself, which stops the server when killed
     print(f"coproc SERVE {{ exec {shell_words(argv)} 2>> {log}; }}")
-    print('trap "kill $SERVE_PID 2> /dev/null || true" EXIT')
+    print("# train-grpo's ranks, kept up across rounds: each train-grpo below trains on them")
+    print(f"{recipes.shell_line(trainer_command(recipe))} 2>> "
+          f"{shlex.quote(recipe.run_dir)}/trainer.log &")
+    print("TRAINER_PID=$!")
+    print('trap "kill $SERVE_PID $TRAINER_PID 2> /dev/null || true" EXIT')
     print('read -r BASE_URL <&"${SERVE[0]}"')
     print('SERVER="${BASE_URL%/v1}"')
+
+
+def trainer_command(recipe) -> list[str]:
+    """`spade trainer` over RUN/trainer with the ranks the recipe's train-grpo asks for."""
+    from spade_cli import recipe as recipes
+
+    train = recipe.stage("train-grpo")
+    nproc = int(train.options.get("nproc", 1)) if train else 1
+    return ["trainer", f"{recipe.run_dir}/{recipes.TRAINER_JOBS}", "--nproc", str(nproc)]
 
 
 def print_control(calls: list[tuple[str, dict | None]], comment: str) -> None:
@@ -145,6 +313,7 @@ def serve_command(recipe, model: str, port: int, sleep: bool) -> list[str]:
             "--start-timeout", f"{settings.start_timeout:g}"]
     if settings.python:
         argv += ["--python", settings.python]
+    argv += settings.layout.args(("--data-parallel", "--tensor-parallel", "--expert-parallel"))
     if recipe.defaults.get("context-length"):
         argv += ["--context-length", str(recipe.defaults["context-length"])]
     return argv + (["--", *settings.args] if settings.args else [])
@@ -196,9 +365,11 @@ class Engine:
         started = time.monotonic()
         self.server = serve.start(path, self.settings.python, "127.0.0.1", self.port,
                                   self.recipe.defaults.get("context-length"), self.sleep,
-                                  self.settings.args, self.log, self.settings.start_timeout)
-        summary.log_line(f"serve: engine started with {model} at {self.base_url} in "
-                         f"{time.monotonic() - started:.1f}s (log {self.log})", echo=True)
+                                  self.settings.args, self.log, self.settings.start_timeout,
+                                  layout=self.settings.layout)
+        summary.log_line(f"serve: engine started with {model} at {self.base_url} on "
+                         f"{self.settings.layout} in {time.monotonic() - started:.1f}s "
+                         f"(log {self.log})", echo=True)
 
     def before(self, argv: list[str]) -> None:
         """Before each stage: the server is still there; train-grpo gets the GPU."""
@@ -267,6 +438,46 @@ class Engine:
             self.server = None
 
 
+class Trainer:
+    """Server mode's resident trainer (`spade trainer` over RUN/trainer): started before the
+    first train-grpo, started again if it died since, stopped at the end. Each start is a
+    run-log line; its ranks' output goes to RUN/trainer.log."""
+
+    def __init__(self, recipe, run_dir: Path):
+        from spade_cli import recipe as recipes
+
+        self.nproc = int(trainer_command(recipe)[-1])
+        self.jobs = run_dir / recipes.TRAINER_JOBS
+        self.log = run_dir / "trainer.log"
+        self.ranks = None
+
+    def before(self, argv: list[str]) -> None:
+        from spade_cli import summary
+        from stages import train_ranks
+
+        if argv[0] != "train-grpo" or (self.ranks and self.ranks.poll() is None):
+            return
+        if self.ranks:
+            summary.log_line(f"trainer: its ranks exited (code {self.ranks.returncode}); "
+                             f"starting them again", echo=True)
+        started = time.monotonic()
+        with open(self.log, "ab") as log:
+            self.ranks = train_ranks.start(self.nproc, self.jobs, log)
+        train_ranks.ready(self.jobs, wait=train_ranks.START_TIMEOUT)
+        summary.log_line(f"trainer: {self.nproc} rank{'s' if self.nproc > 1 else ''} up in "
+                         f"{time.monotonic() - started:.1f}s (log {self.log})", echo=True)
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from stages import train_ranks
+
+        if self.ranks is not None:
+            train_ranks.stop(self.ranks, self.jobs)
+            self.ranks = None
+
+
 def execute(recipe, from_round: int) -> None:
     from spade_cli import commands
     from spade_cli import recipe as recipes
@@ -287,6 +498,7 @@ def execute(recipe, from_round: int) -> None:
     current = {"round": from_round}
 
     engine = Engine(recipe, run_dir) if recipe.serve else None  # stopped when `with` ends
+    trainer = Trainer(recipe, run_dir) if recipe.serve else None
 
     def call(argv: list[str], label: str) -> None:
         """Run one stage; in server mode, a server that died before or under it is started
@@ -303,6 +515,8 @@ def execute(recipe, from_round: int) -> None:
     def run_stage(argv: list[str]) -> None:
         if engine:
             engine.before(argv)
+        if trainer:
+            trainer.before(argv)
         summary.log_line(f"$ {recipes.shell_line(argv)}")
         try:
             group.main(args=argv, prog_name="spade", standalone_mode=False)
@@ -329,7 +543,7 @@ def execute(recipe, from_round: int) -> None:
         model = marker["model"]
     loop = recipes.Loop(recipe, call, after_train, produced,
                         server_args(engine.base_url) if engine else None)
-    with progress, engine or nullcontext():
+    with progress, engine or nullcontext(), trainer or nullcontext():
         if init and not (Path(start_model) / "config.json").exists():
             for argv in init:
                 call(argv, "build the initial model")

@@ -33,6 +33,16 @@ def serve(
              "Default: on where this machine has a CUDA device.")] = None,
     start_timeout: Annotated[float, typer.Option(
         min=1, help="Seconds to wait for the server to answer.")] = 600.0,
+    data_parallel: Annotated[int, typer.Option(
+        min=1, help="Engine replicas (vLLM's --data-parallel-size); requests are balanced over "
+                    "them, and every sleep and reload reaches each.")] = 1,
+    tensor_parallel: Annotated[int, typer.Option(
+        min=1, help="GPUs each replica is split over (vLLM's --tensor-parallel-size). The "
+                    "engine uses data-parallel x tensor-parallel GPUs.")] = 1,
+    expert_parallel: Annotated[bool, typer.Option(
+        "--expert-parallel/--no-expert-parallel",
+        help="Spread a MoE model's experts over all the engine's GPUs (vLLM's "
+             "--enable-expert-parallel).")] = False,
 ) -> None:
     """Serve a model with vLLM until Ctrl-C; print its base URL on stdout once it answers.
 
@@ -46,6 +56,8 @@ def serve(
 
         spade serve -m runs/q/model
         spade serve -m runs/q/model --port 0 --python ~/vllm/bin/python -- --dtype float32
+        spade serve -m /models/Qwen3-4B-Instruct-2507 --data-parallel 8
+        spade serve -m /models/Qwen3-30B-A3B-Instruct-2507 --tensor-parallel 8 --expert-parallel
         spade rollout envs/ --backend openai --base-url http://127.0.0.1:8000/v1 -m spade-policy
     """
     import signal
@@ -58,16 +70,22 @@ def serve(
     from stages.backends import BackendUnavailable
 
     with errors_to_exit("serve"):
+        said = engine.layout_flag(vllm_args or ())
+        if said:
+            from spade_cli.errors import UsageError
+
+            raise UsageError(f"{said[0]!r} sets the engine's layout: use --{said[1]}")
         path = check_model(model)
         sleep = engine.sleep_supported() if sleep_mode is None else sleep_mode
         started = time.monotonic()
+        layout = engine.Layout(data_parallel, tensor_parallel, expert_parallel)
         server = engine.start(path, python, host, port, context_length, sleep, vllm_args or (),
-                              timeout=start_timeout)
+                              timeout=start_timeout, layout=layout)
         # a `kill` stops the server like Ctrl-C does, instead of leaving it to PR_SET_PDEATHSIG
         signal.signal(signal.SIGTERM, interrupt)
         try:
-            print(f"serve: {model} as {engine.SERVED_NAME} at {server.base_url}, ready in "
-                  f"{time.monotonic() - started:.1f} s; Ctrl-C stops it", file=sys.stderr)
+            print(f"serve: {model} as {engine.SERVED_NAME} at {server.base_url} on {layout}, "
+                  f"ready in {time.monotonic() - started:.1f} s; Ctrl-C stops it", file=sys.stderr)
             print(server.base_url, flush=True)
             code = server.process.wait()
             raise BackendUnavailable(f"the vLLM server exited with code {code}")

@@ -55,11 +55,21 @@ def train_grpo(
     mask_malformed_tool_calls: Annotated[bool, typer.Option(
         help="No loss on turns whose tool call the env could not parse (reference tool-use "
              "runs).")] = False,
-    lora_rank: Annotated[int, typer.Option(help="LoRA rank (0 = full fine-tuning).")] = 0,
+    lora_rank: Annotated[int, typer.Option(
+        min=0, help="LoRA rank (0 = full fine-tuning): an adapter on the frozen start model, "
+                    "kept with its AdamW state from round to round, never merged.")] = 0,
+    lora_targets: Annotated[str, typer.Option(
+        metavar="auto|NAMES", help="The modules LoRA adapts: auto (every linear layer of "
+                                   "attention and dense MLPs; not MoE experts, routers or the "
+                                   "output head) or a comma list of module name suffixes.")
+    ] = "auto",
     gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
     cpu_offload: Annotated[bool, typer.Option(
         help="Keep the sharded weights, gradients and AdamW state in host memory (FSDP2 "
              "offload): for models whose training state does not fit the GPUs.")] = False,
+    trainer: Annotated[str, typer.Option(
+        metavar="JOBS", help="Train on the resident ranks of `spade trainer JOBS` instead of "
+                             "in this process (their --nproc is the ranks).")] = "",
     nproc: Annotated[int, typer.Option(
         min=1, help="Train on this many local ranks (FSDP2: nccl on GPUs, gloo on CPU). Under "
                     "torchrun, leave it at 1: the ranks come from torchrun.")] = 1,
@@ -100,6 +110,8 @@ def train_grpo(
             raise UsageError(f"--batch-unit must be one of {', '.join(stage.BATCH_UNITS)}")
         if loss_norm not in stage.LOSS_NORMS:
             raise UsageError(f"--loss-norm must be one of {', '.join(stage.LOSS_NORMS)}")
+        if not lora_targets.strip(" ,"):
+            raise UsageError("--lora-targets: auto, or a comma list of module names")
         chosen = tuple(r.strip() for r in roles.split(",") if r.strip())
         if not chosen or set(chosen) - {"agent", "designer"}:
             raise UsageError("--roles takes agent, designer or both, comma-separated")
@@ -113,10 +125,17 @@ def train_grpo(
                            max_grad_norm=max_grad_norm, roles=chosen,
                            train_on_hinted=train_on_hinted, mask_truncated=mask_truncated,
                            mask_malformed_tool_calls=mask_malformed_tool_calls,
-                           lora_rank=lora_rank, cpu_offload=cpu_offload,
+                           lora_rank=lora_rank, lora_targets=lora_targets,
+                           cpu_offload=cpu_offload,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
+        try:
+            stage.check_start(model, cfg)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         layout = parallel.from_environment()
+        if trainer and layout.sharded:
+            raise UsageError("--trainer under torchrun: the trainer has its own ranks")
         if layout.sharded and nproc > 1:
             raise UsageError("--nproc under torchrun: torchrun already gives the ranks")
         if layout.sharded and "-" in inputs:
@@ -128,7 +147,14 @@ def train_grpo(
         shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))
-        if nproc > 1:
+        if trainer:
+            world, _ = train_ranks.ready(Path(trainer))
+            if nproc not in (1, world):
+                raise UsageError(f"--nproc {nproc}: the trainer over {trainer} has {world} "
+                                 f"ranks")
+            trained, checkpoint, info = train_ranks.submit(Path(trainer), records, model,
+                                                           ckpt_dir, cfg, round)
+        elif nproc > 1:
             with tempfile.TemporaryDirectory(prefix="spade-train-ranks-") as work:
                 trained, checkpoint, info = train_ranks.launch(nproc, records, model, ckpt_dir,
                                                                cfg, round, Path(work))
@@ -149,11 +175,25 @@ def train_grpo(
         emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
         where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"
         parts = [f"{info['samples']} samples {info['roles']}, {len(trained)} steps {where}"]
+        if info.get("parameters"):
+            parts.append(f"trainable {count(info['trainable_parameters'])} of "
+                         f"{count(info['parameters'])} parameters "
+                         f"({info['trainable_parameters'] / info['parameters']:.2%})")
         if info["per_turn_fallbacks"]:
             parts.append(f"{info['per_turn_fallbacks']} plays trained turn by turn")
+        if info.get("from_memory"):
+            parts.append("started from the trainer's memory")
         parts += [f"{part} {t:.1f} s" for part, t in info.get("seconds", {}).items()]
         if info["skipped"]:
             parts.append("skipped " + ", ".join(f"{k} {v}" for k, v in info["skipped"].items()))
         summarize("train-grpo", stats, "; ".join(parts))
         if checkpoint is None:
             print("train-grpo: nothing to train on", file=sys.stderr)
+
+
+def count(n: int) -> str:
+    """1234567 -> 1.23M"""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)

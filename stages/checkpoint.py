@@ -10,6 +10,11 @@ Out: `step-NNNNNN/`, holding
   `torch.distributed.checkpoint`, each rank writing and reading its own shards (a different
   number of ranks reshards on load);
 - `trainer_state.json` (the caller's).
+A LoRA step holds no model of its own: its export is the PEFT adapter folder
+(`adapter_config.json`, `adapter_model.safetensors` in fp32), tokenizer and `trainer_state.json`
+naming the base (`base_model`: the model the run's first LoRA step started from, never merged
+into); `trainer/` holds the adapter weights and their AdamW state only. Every backend loads the
+base and puts the adapter on it (`adapter_base`).
 Guarantees: a step directory exists only complete: everything lands in `step-N.tmp/` and is
 renamed once every rank has written, so a kill mid-save leaves a .tmp that the rerun discards
 (it trains again and writes what an uninterrupted run writes). A step resumes from the fp32
@@ -17,7 +22,8 @@ master weights, never from the export (a bf16 export would swallow a 1e-6 update
 built with its parameters on the meta device and filled once, so no rank holds a full copy it
 then throws away: trainer state is read shard by shard; a model without it (the initial model)
 is read by the main rank and broadcast into the shards. The anchor and the LoRA base are read
-from the export. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
+from the export. A resident trainer (stages/train_ranks.py) fills the next round's policy from
+the host copy it kept of the checkpoint it wrote, not from disk. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
 resume with their optimizer state.
 """
 
@@ -88,17 +94,74 @@ def has_trainer_state(model_dir: str) -> bool:
     return (Path(model_dir) / TRAINER_DIR / ".metadata").exists()
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+BASE_KEY = "base_model"  # in a LoRA step's trainer_state.json: the model its adapter is on
+
+
+def adapter_base(model_dir: str) -> str | None:
+    """The base model of a LoRA checkpoint (an adapter folder), None for a whole model: the base
+    its trainer state records, else the one peft recorded in the adapter's config."""
+    folder = Path(model_dir)
+    if not (folder / ADAPTER_CONFIG).is_file():
+        return None
+    state = folder / STATE_FILE
+    recorded = json.loads(state.read_text()).get(BASE_KEY) if state.is_file() else None
+    return recorded or json.loads((folder / ADAPTER_CONFIG).read_text()).get(
+        "base_model_name_or_path")
+
+
+def adapter_rank(model_dir: str) -> int:
+    return int(json.loads((Path(model_dir) / ADAPTER_CONFIG).read_text())["r"])
+
+
+def refuse_lora_in_server_mode(serving: bool, options: dict, where: str) -> None:
+    """A recipe with a `[serve]` table must not train LoRA: the run's server loads each new
+    checkpoint as whole weights (stages/serve.py), and a LoRA step has only an adapter. Raises
+    RecordError (exit 65). `options`: the train-grpo stage's table."""
+    from stages.records import RecordError
+
+    rank = options.get("lora-rank", options.get("lora_rank", 0))
+    if serving and isinstance(rank, int) and rank > 0:
+        raise RecordError("lora-rank: LoRA checkpoints are adapters, and server mode ([serve]) "
+                          "reloads whole weights: drop [serve] (in-process engines serve base "
+                          "plus adapter) or set lora-rank = 0", where)
+
+
 def fill(torch, transformers, model, optimizer, model_dir: str, layout: parallel.Layout,
-         trainer_state: bool = True) -> None:
-    """Weights (and optimizer state, given an optimizer) from `model_dir`: its trainer state
-    where it has one and `trainer_state` allows, else its export."""
+         trainer_state: bool = True, kept: dict | None = None) -> None:
+    """Weights (and optimizer state, given an optimizer) from `kept` (what `host_state` took
+    of the policy that wrote `model_dir`, in the same layout) if given, else from `model_dir`:
+    its trainer state where it has one and `trainer_state` allows, else its export. For a peft
+    `model` (the adapter of the LoRA checkpoint `model_dir` on its base), the adapter's: without
+    trainer state (pruned) peft has read its fp32 weights already, and AdamW starts anew."""
+    if kept is not None:
+        from torch.distributed.checkpoint.state_dict import (set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        set_model_state_dict(model, kept["model"])
+        set_optimizer_state_dict(model, optimizer, kept["optimizer"])
+        return
     if trainer_state and has_trainer_state(model_dir):
         return _read_trainer_state(model, optimizer, Path(model_dir) / TRAINER_DIR, layout)
+    if is_adapter(model):
+        return
     _read_export(torch, transformers, model, model_dir, layout)
     legacy = Path(model_dir) / LEGACY_OPTIMIZER_FILE
     if optimizer is not None and trainer_state and legacy.exists():
         moments = torch.load(legacy, map_location="cpu", weights_only=True)
         _set_full_optimizer_state(model, optimizer, _named(moments, model), layout)
+
+
+def host_state(model, optimizer) -> dict:
+    """This rank's shards of the weights and optimizer state, in host memory: what a resident
+    trainer keeps between rounds, so the GPUs are free for the engine."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    options = StateDictOptions(cpu_offload=True)
+    return {"model": get_model_state_dict(model, options=options),
+            "optimizer": get_optimizer_state_dict(model, optimizer, options=options)}
 
 
 def _read_trainer_state(model, optimizer, path: Path, layout: parallel.Layout) -> None:
@@ -108,14 +171,29 @@ def _read_trainer_state(model, optimizer, path: Path, layout: parallel.Layout) -
                                                          set_model_state_dict,
                                                          set_optimizer_state_dict)
 
-    state = {"model": get_model_state_dict(model)}
+    options = _state_options(model)
+    state = {"model": get_model_state_dict(model, options=options)}
     if optimizer is not None:
-        state["optimizer"] = get_optimizer_state_dict(model, optimizer)
-    with _one_process_quietly():
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer, options=options)
+    with _one_process_quietly():  # it raises on any key asked for that the checkpoint lacks
         dcp.load(state, checkpoint_id=str(path), no_dist=not parallel.grouped())
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=options)
     if optimizer is not None:
-        set_optimizer_state_dict(model, optimizer, state["optimizer"])
+        set_optimizer_state_dict(model, optimizer, state["optimizer"], options=options)
+
+
+def is_adapter(model) -> bool:
+    """A peft model: its trainer state is the adapter alone, its export the adapter folder."""
+    return hasattr(model, "peft_config")
+
+
+def _state_options(model):
+    """The trainer state of a model: every weight, or for LoRA the adapter alone (the frozen
+    base comes from its own folder); loading it then leaves the base as it is."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    adapter = is_adapter(model)
+    return StateDictOptions(ignore_frozen_params=adapter, strict=not adapter)
 
 
 def _read_export(torch, transformers, model, model_dir: str, layout: parallel.Layout) -> None:
@@ -163,7 +241,7 @@ def _one_process_quietly():
 def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtype,
          layout: parallel.Layout) -> None:
     """`out` written whole or not at all (see the module docstring); every rank calls it.
-    `optimizer` None: a model whose trainable part is not kept (a LoRA run, merged)."""
+    A peft `model` (LoRA) is written as its adapter, on the base `state[BASE_KEY]` names."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
                                                          get_optimizer_state_dict)
@@ -173,15 +251,21 @@ def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtyp
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     parallel.barrier(layout)
-    if optimizer is not None:
-        with _one_process_quietly():
-            dcp.save({"model": get_model_state_dict(model),
-                      "optimizer": get_optimizer_state_dict(model, optimizer)},
-                     checkpoint_id=str(tmp / TRAINER_DIR), no_dist=not parallel.grouped())
-    weights = export_weights(torch, model, export_dtype, layout)
+    options = _state_options(model)
+    with _one_process_quietly():
+        dcp.save({"model": get_model_state_dict(model, options=options),
+                  "optimizer": get_optimizer_state_dict(model, optimizer, options=options)},
+                 checkpoint_id=str(tmp / TRAINER_DIR), no_dist=not parallel.grouped())
+    adapter = is_adapter(model)
+    weights = {} if adapter else export_weights(torch, model, export_dtype, layout)
     if layout.main:
-        model.save_pretrained(tmp, state_dict=weights)
-        _set_config_dtype(tmp, export_dtype)
+        if adapter:  # LoRA trains on one rank: peft writes the adapter folder (fp32 weights)
+            for config in model.peft_config.values():
+                config.base_model_name_or_path = state[BASE_KEY]
+            model.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=weights)
+            _set_config_dtype(tmp, export_dtype)
         tokenizer.save_pretrained(tmp)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
         shutil.rmtree(out, ignore_errors=True)

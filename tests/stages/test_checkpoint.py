@@ -113,3 +113,53 @@ def test_cpu_offload_makes_the_update_the_whole_model_makes(tiny_model, tmp_path
     # and its trainer state resumes without offload (and the other way round)
     _, nxt, _ = stage.run(plays(), str(offloaded), str(tmp_path / "off"), CFG, round=1)
     assert nxt.name == "step-000002"
+
+
+LORA = stage.Config(lr=1e-2, weight_decay=0.0, micro_batch_tokens=40, lora_rank=4)
+
+
+def test_a_kill_mid_save_of_a_lora_step_leaves_no_checkpoint(tiny_model, tmp_path, monkeypatch):
+    peft = pytest.importorskip("peft")
+    _, clean, _ = stage.run(plays(), tiny_model, str(tmp_path / "clean"), LORA)
+    real = peft.PeftModel.save_pretrained
+
+    def killed(*args, **kwargs):  # the adapter's trainer state is on disk, its folder is not
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(peft.PeftModel, "save_pretrained", killed)
+    with pytest.raises(KeyboardInterrupt):
+        stage.run(plays(), tiny_model, str(tmp_path / "killed"), LORA)
+    assert [p.name for p in (tmp_path / "killed").iterdir()] == ["step-000001.tmp"]
+    monkeypatch.setattr(peft.PeftModel, "save_pretrained", real)
+    _, out, _ = stage.run(plays(), tiny_model, str(tmp_path / "killed"), LORA)
+    assert same(load_file(str(clean / "adapter_model.safetensors")),
+                load_file(str(out / "adapter_model.safetensors")))
+
+
+def test_an_adapter_is_a_model_only_while_its_base_exists(tiny_model, tmp_path):
+    pytest.importorskip("peft")
+    import shutil
+
+    from stages.backends import check_local_model
+    from stages.shards import InputMissing
+
+    _, out, _ = stage.run(plays(), tiny_model, str(tmp_path / "ckpt"), LORA)
+    assert checkpoint.adapter_base(str(out)) == tiny_model
+    assert checkpoint.adapter_base(tiny_model) is None
+    check_local_model(str(out))
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    state = json.loads((moved / checkpoint.STATE_FILE).read_text())
+    state[checkpoint.BASE_KEY] = str(tmp_path / "gone")
+    (moved / checkpoint.STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(InputMissing, match="a LoRA adapter on .*gone"):
+        check_local_model(str(moved))
+
+
+def test_a_recipe_cannot_serve_lora_from_its_server():
+    from stages.records import RecordError
+
+    checkpoint.refuse_lora_in_server_mode(False, {"lora-rank": 64}, "r.toml: stage train-grpo")
+    checkpoint.refuse_lora_in_server_mode(True, {"lora-rank": 0}, "r.toml: stage train-grpo")
+    with pytest.raises(RecordError, match=r"^r.toml: stage train-grpo: lora-rank: .*\[serve\]"):
+        checkpoint.refuse_lora_in_server_mode(True, {"lora-rank": 64}, "r.toml: stage train-grpo")

@@ -3,15 +3,18 @@ one server for the module, whose weights are swapped in place; and the failures 
 at once (a server that cannot start, a server that died)."""
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from stages import serve
 from stages.backends import BackendSpec, BackendUnavailable, Sampling, load_backend
-from tests.stages.backends.test_openai_server import vllm_cpu_server
+from tests.stages.backends.test_openai_server import (CPU_ARGS, CPU_ENV, START_TIMEOUT,
+                                                      ensure_vllm_cpu, vllm_cpu_server)
 
 # long enough to fill whole KV blocks, so a second request reuses them from the prefix cache
 MESSAGES = [{"role": "user", "content": "Observation: the door is locked. " * 40}]
@@ -119,6 +122,96 @@ def test_the_command_line_serves_one_name_with_processed_logprobs():
     assert "--served-model-name spade-policy" in text and "--host 127.0.0.1" in text
     assert "--logprobs-mode processed_logprobs" in text and "--max-model-len 4096" in text
     assert "--enable-sleep-mode" in argv and argv[-2:] == ["--dtype", "float32"]
+
+
+def test_the_layout_is_vllms_parallel_flags():
+    assert serve.Layout().args() == [] and serve.Layout().gpus == 1
+    assert serve.Layout(data_parallel=8).args() == ["--data-parallel-size", "8"]
+    moe = serve.Layout(tensor_parallel=8, expert_parallel=True)
+    assert moe.args() == ["--tensor-parallel-size", "8", "--enable-expert-parallel"]
+    assert moe.gpus == serve.Layout(2, 4).gpus == 8
+    assert [str(layout) for layout in (serve.Layout(), serve.Layout(8), moe)] == [
+        "1 GPU", "8 GPUs: 8 replicas x 1", "8 GPUs: 1 replica x 8, experts over 8"]
+    argv = serve.command("m", args=["--dtype", "bfloat16"], layout=serve.Layout(2, 4, True))
+    assert argv[argv.index("--data-parallel-size") + 1] == "2"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    assert "--enable-expert-parallel" in argv and argv[-2:] == ["--dtype", "bfloat16"]
+
+
+@pytest.mark.parametrize("args,found", [
+    (["--dtype", "float32"], None),
+    (["--data-parallel-size", "2"], ("--data-parallel-size", "data-parallel")),
+    (["--data-parallel-size=2"], ("--data-parallel-size=2", "data-parallel")),
+    (["--data_parallel_size", "2"], ("--data_parallel_size", "data-parallel")),
+    (["-dp", "2"], ("-dp", "data-parallel")),
+    (["-tp", "8"], ("-tp", "tensor-parallel")),
+    (["--tensor-parallel-size", "8"], ("--tensor-parallel-size", "tensor-parallel")),
+    (["-ep"], ("-ep", "expert-parallel")),
+    (["--no-enable-expert-parallel"], ("--no-enable-expert-parallel", "expert-parallel")),
+    (["--data-parallel-size-local", "1"], None),  # a multi-node setting, not the layout
+])
+def test_the_layout_is_found_however_vllms_arguments_spell_it(args, found):
+    assert serve.layout_flag(args) == found
+
+
+def per_engine_requests(server) -> dict[str, float]:
+    """Finished requests per engine replica, from vLLM's Prometheus metrics."""
+    with urllib.request.urlopen(server.url + "/metrics", timeout=60) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r"vllm:request_success_total\{(.*)\} (\S+)$", line)
+        if match:
+            engine = re.search(r'engine="(\d+)"', match.group(1)).group(1)
+            counts[engine] = counts.get(engine, 0.0) + float(match.group(2))
+    return counts
+
+
+def replica_checksums(server) -> dict[str, dict[str, str]]:
+    """Each replica's weight digests (vLLM's /weight_checker, keyed `dp<N>:pp:pcp:tp:<name>`)."""
+    request = urllib.request.Request(server.url + "/weight_checker",
+                                     data=json.dumps({"action": "checksum"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        sums = json.loads(response.read())["checksums"]
+    replicas: dict[str, dict[str, str]] = {}
+    for key, digest in sums.items():
+        replica, _pp, _pcp, _tp, name = key.split(":", 4)
+        replicas.setdefault(replica, {})[name] = digest
+    return replicas
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_reload_reaches_every_data_parallel_replica(models, tmp_path):
+    """Two replicas behind one API server (`--data-parallel-size 2`): one sleep and one reload
+    call reach both, so that every request after it, whichever replica serves it, comes from the
+    new checkpoint."""
+    log = tmp_path / "server.log"
+    with serve.start(models[0], str(ensure_vllm_cpu()), args=CPU_ARGS, log=log,
+                     timeout=START_TIMEOUT, env=CPU_ENV, layout=serve.Layout(2)) as server:
+        before = replica_checksums(server)
+        assert sorted(before) == ["dp0", "dp1"] and before["dp0"] == before["dp1"]
+        server.sleep()
+        assert is_sleeping(server)  # vLLM asks every replica and wants them to agree
+        server.update(models[1])
+        assert not is_sleeping(server)
+        after = replica_checksums(server)
+        # vllm-cpu digests the embedding and the head as loaded (its linear layers keep
+        # their weights repacked elsewhere): both replicas hold the new ones
+        for replica in ("dp0", "dp1"):
+            for name in ("model.embed_tokens.weight", "lm_head.weight"):
+                assert after[replica][name] != before[replica][name], (replica, name)
+        assert after["dp0"] == after["dp1"]
+        served = per_engine_requests(server)
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda _: greedy(server), range(16)))
+        counts = per_engine_requests(server)
+        assert all(counts.get(e, 0.0) > served.get(e, 0.0) for e in ("0", "1")), (served, counts)
+        expected = hf_greedy(models[1])
+        for reply in replies:
+            assert reply["ids"] == expected["ids"]
+            assert reply["logprobs"] == pytest.approx(expected["logprobs"], abs=1e-3)
 
 
 def test_a_cpu_engine_prefills_long_seeded_prompts_in_one_step(monkeypatch):

