@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sandbox import reference_tool_base, tool_base
+from sandbox import env_class, reference_tool_base, tool_base
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
 CHECKS = ("extract", "parse", "structure", "load", "reset", "determinism", "garbage",
@@ -204,32 +204,38 @@ class EnvClass:
 
 
 def structure(tree: ast.Module) -> EnvClass:
-    """Check imports and the env class: the methods its API needs, and for our tool-use API no
-    redefined base-class internals (the reference's API forbids none: it has no criteria to
-    guard, and every check but the reset gate plays the env as a black box)."""
+    """Check imports and the env class: exactly one (sandbox/env_class.py `env_class`, the rule
+    the worker plays by), the methods its API needs, no import-time code that changes a class or
+    rebinds the env class's name (`import_time_patch`), and for our tool-use API no redefined
+    base-class internals (the reference's API forbids none: it has no criteria to guard, and
+    every check but the reset gate plays the env as a black box)."""
     check_imports(tree)
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Env") \
-                and node.name != "ToolUseBaseEnv":
-            names = defined_names(node)
-            tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
-            reference_api = reference_tool_base.reference_api(tree)
-            needed = ({"reset", "solution"} if reference_api else {"setup", "solution"}
-                      if tool_use else {"reset", "step"})
-            missing = needed - names.keys()
-            if missing:
-                raise ContractError("structure", f"class {node.name} lacks "
-                                    f"{', '.join(sorted(missing))}")
-            own_api = tool_use and not reference_api
-            overrides = sorted(tool_base.internal_names() & names.keys()) if own_api else []
-            if overrides:
-                raise ContractError("structure", f"line {names[overrides[0]]}: class {node.name} "
-                                    f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
-                                    "defines setup, solution, max_turns, tool_<name> methods and "
-                                    "its own helpers, never the base class's internals")
-            reference = reference_api or takes_max_turns(node)
-            return EnvClass(node.name, reference, "solution" in names)
-    raise ContractError("structure", "no top-level class whose name ends in 'Env'")
+    try:
+        node = env_class.env_class(tree)
+    except env_class.EnvClassError as exc:
+        raise ContractError("structure", str(exc)) from None
+    names = defined_names(node)
+    tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
+    reference_api = reference_tool_base.reference_api(tree)
+    needed = ({"reset", "solution"} if reference_api else {"setup", "solution"}
+              if tool_use else {"reset", "step"})
+    missing = needed - names.keys()
+    if missing:
+        raise ContractError("structure", f"class {node.name} lacks "
+                            f"{', '.join(sorted(missing))}")
+    own_api = tool_use and not reference_api
+    overrides = sorted(tool_base.internal_names() & names.keys()) if own_api else []
+    if overrides:
+        raise ContractError("structure", f"line {names[overrides[0]]}: class {node.name} "
+                            f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
+                            "defines setup, solution, max_turns, tool_<name> methods and "
+                            "its own helpers, never the base class's internals")
+    patch = env_class.import_time_patch(tree, node.name)
+    if patch:
+        raise ContractError("structure", f"{patch}: an env's classes are what their class "
+                            "statements define; put every method in the class body")
+    reference = reference_api or takes_max_turns(node)
+    return EnvClass(node.name, reference, "solution" in names)
 
 
 def takes_max_turns(cls: ast.ClassDef) -> bool:

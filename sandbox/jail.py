@@ -75,7 +75,8 @@ log = logging.getLogger(__name__)
 OUTCOMES = ("ok", "program_error", "timeout", "oom", "output_limit", "sandbox_failure")
 JAIL_UID = "99999:65534"  # inside:outside; a bare inside uid would map to root outside
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-WORKER_FILES = ("worker.py", "tool_base.py", "reference_tool_base.py", "math_verify_shim.py")
+WORKER_FILES = ("worker.py", "tool_base.py", "reference_tool_base.py", "math_verify_shim.py",
+                "env_class.py")
 
 
 class SandboxUnavailable(RuntimeError):

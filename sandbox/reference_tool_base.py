@@ -141,8 +141,10 @@ class ToolUseBaseEnv:
 
 
 def reference_api(tree):
-    """True when the module's first `*Env` class subclasses ToolUseBaseEnv and writes `reset`
-    itself rather than `setup` (our API): it targets the reference's base class."""
+    """True when the module's `*Env` class subclasses ToolUseBaseEnv and writes `reset` itself
+    rather than `setup` (our API): it targets the reference's base class. (A module has exactly
+    one such class, sandbox/env_class.py; with several, the first is read here and the static
+    checks and the worker reject the module.)"""
     for node in tree.body:
         if isinstance(node, ClassDef) and node.name.endswith("Env") \
                 and node.name != "ToolUseBaseEnv":

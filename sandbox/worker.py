@@ -12,6 +12,11 @@ a non-finite float becomes {"__float__": "nan"}, any other object {"__object__":
 "repr": ...}. `kind` is "tuple", "list", "dict" or "str" for those (and their subclasses),
 otherwise the type's name. An env error's msg ends with where in the env it happened:
 `division by zero (env.py:42: return 1/0)`.
+The env class is the one the static checks read (sandbox/env_class.py: exactly one top-level
+`*Env` class statement), and it is played only while it is what that statement built: its
+functions that statement's code, its bases the ones named, the injected base class and its
+module unchanged (`Guard`, checked after the module runs and after every request; a change
+is an `EnvClassError` for that request and every later one).
 Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json or os), the
 replies are written by functions and descriptors this worker took before any env code ran; the
 env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
@@ -129,6 +134,8 @@ class Session:
         self.reference_api, self.common_names = private["reference_api"], private["common_names"]
         self.build, self.takes_max_turns = private["build"], private["takes_max_turns"]
         self.reference_solution = private["solution_actions"]
+        self.Guard = self._module("env_class.py")["Guard"]
+        self.guard = None
         self.reference = False  # whether the loaded env targets the reference's tool-use API
         self.cls, self.fresh_episodes = None, False
 
@@ -143,14 +150,14 @@ class Session:
             self._module("math_verify_shim.py", sys.modules["math_verify"].__dict__)
         namespace = {**self.common_names(source), "__name__": "spade_env",
                      "ToolUseBaseEnv": self.reference_base if self.reference else self.tool_base}
-        exec(compile(tree, ENV_FILE, "exec"), namespace)
         base = namespace["ToolUseBaseEnv"]
-        classes = [obj for name, obj in namespace.items()
-                   if isinstance(obj, type) and name.endswith("Env") and obj is not base
-                   and getattr(obj, "__module__", None) == "spade_env"]
-        if not classes:
-            raise LookupError("no class whose name ends in 'Env'")
-        cls = self.cls = classes[0]
+        code = compile(tree, ENV_FILE, "exec")
+        # The class played is the one class statement the static checks read (the same rule,
+        # sandbox/env_class.py), proved unchanged once the module has run and after every request.
+        guard = self.Guard(tree, code, namespace, base)
+        exec(code, namespace)
+        cls = self.cls = guard.loaded()
+        self.guard = guard
         self.fresh_episodes = self.takes_max_turns(cls)  # as the reference plays such a class
         self.env = self.build(cls)
         return {"class_name": _type_name(cls),
@@ -168,6 +175,12 @@ class Session:
         return namespace
 
     def handle(self, request):
+        result = self._handle(request)
+        if self.guard is not None and request.get("op") != "close":
+            self.guard.check()  # an env that changed its class while playing plays no more
+        return result
+
+    def _handle(self, request):
         op = request.get("op")
         if op == "ping":
             return "pong"

@@ -122,7 +122,7 @@ def eval_command(
         from spade_cli.options import StageBackend
         from stages import evaluate as stage
         from stages import rollout
-        from stages.shards import find_shards, read
+        from stages.shards import find_shards, read, unique
 
         stage.check_available(suite)  # exit 69 before a model is loaded
         protocol = stage.PROTOCOLS[suite]
@@ -145,7 +145,7 @@ def eval_command(
         def produce():
             envs = None
             if suite == "envs":
-                envs = list(read(inputs or ["-"], kinds={"env"}))
+                envs = list(unique(read(inputs or ["-"], kinds={"env"}), stats))
                 stats.read = len(envs)
             for record in stage.run(model_backend.get(), cfg, envs, stats):
                 records.append(record)

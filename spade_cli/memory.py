@@ -26,11 +26,12 @@ def seed(
     from spade_cli.summary import summarize
     from stages import memory as store
     from stages import seed_library
-    from stages.shards import Stats, emit, read
+    from stages.shards import Stats, emit, read, unique
 
     with errors_to_exit("memory seed"):
-        envs = list(read(inputs or [str(seed_library.ENV_SHARD)], kinds={"env"}))
-        stats = Stats(read=len(envs))
+        stats = Stats()
+        envs = list(unique(read(inputs or [str(seed_library.ENV_SHARD)], kinds={"env"}), stats))
+        stats.read = len(envs)
         emit("memory", out, lambda: iter(store.seed(envs)), {"inputs": inputs}, stats,
              overwrite=True)
         summarize("memory seed", stats, f"{stats.written['memory']} entries")

@@ -63,7 +63,7 @@ def score_regret(
     from stages import score_regret as stage
     from stages.records import Env
     from stages.rewards import VARIANTS, RewardConfig
-    from stages.shards import Stats, emit, encode, read, write_atomic
+    from stages.shards import Stats, emit, encode, read, unique, write_atomic
 
     with errors_to_exit("score-regret"):
         if variant not in VARIANTS:
@@ -79,8 +79,9 @@ def score_regret(
         kinds = {"rollout", "env", "validation", "regret"}
         shards = find_inputs("score-regret", inputs, kinds,
                              "rollout, env, validation and regret records")
-        records = list(read([s.path for s in shards], kinds))
-        stats = Stats(read=len(records))
+        stats = Stats()
+        records = list(unique(read([s.path for s in shards], kinds), stats))
+        stats.read = len(records)
         regrets, diagnostics = stage.run(records, cfg)
         stats.extra["diagnostics"] = diagnostics.as_dict()
         if diagnostics.internal:

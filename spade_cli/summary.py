@@ -1,5 +1,7 @@
 """The one summary line every stage prints on stderr when it ends.
 
+Before it, one warning line per input record the stage met more than once and used once.
+
 Lines carry env-derived text (skills, reject reasons): they pass through terminal_safe on their
 way to the terminal and to the run log.
 """
@@ -31,7 +33,22 @@ def log_line(line: str, echo: bool = False) -> None:
         _run_log.flush()
 
 
+WARNED_REPEATS = 5  # repeated inputs named one a line; the rest in one count
+
+
+def warn_repeats(stage: str, stats: Stats) -> None:
+    """One warning line per input record met more than once (the stage used it once)."""
+    repeated = stats.repeated()
+    for kind, id_, times in repeated[:WARNED_REPEATS]:
+        log_line(f"spade {stage}: warning: {kind} {id_} appears {times} times in the inputs; "
+                 f"using it once", echo=True)
+    if len(repeated) > WARNED_REPEATS:
+        log_line(f"spade {stage}: warning: {len(repeated) - WARNED_REPEATS} more records appear "
+                 f"more than once in the inputs; using each once", echo=True)
+
+
 def summarize(stage: str, stats: Stats, headline: str) -> None:
+    warn_repeats(stage, stats)
     reasons = ", ".join(f"{name} {count}" for name, count in stats.reasons.most_common())
     skipped = f", {stats.skipped_shards} shards already done" if stats.skipped_shards else ""
     seconds = time.monotonic() - stats.started

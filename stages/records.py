@@ -10,6 +10,13 @@ takes JSON numbers only (a lax float would turn the strings "NaN" and "Infinity"
 Every kind shares: `id`, `parents` (input ids: lineage), `policy` (the checkpoint that produced it,
 when a model did), `ok` and `error` (failures are data), `meta` (free-form, not hashed).
 Unknown extra fields are kept, so `jq` annotations survive a pass through a stage.
+
+An env or design read is checked against its content (`parse`): a record without an id gets
+the one its content gives; one whose id is not that is a RecordError (`id does not match its
+content`). An env's id derives from its program (`program_hash` of `source`; the `source_hash`
+field, which validation writes as the same hash, is not trusted), so an id names one program: a
+record cannot carry another env's id with a different program. A design's id covers its declared
+fields, not `jq` annotations (extra fields), so annotating a design keeps it readable.
 """
 
 from __future__ import annotations
@@ -56,13 +63,27 @@ class Record(BaseModel):
     # Fields left out of the content hash: the id itself and what varies between identical reruns.
     unhashed: ClassVar[frozenset[str]] = frozenset({"id", "meta"})
 
+    # Kinds whose id is checked against their content when read (see `parse`).
+    checked: ClassVar[bool] = False
+
     def model_post_init(self, _context: Any) -> None:
         if not self.id:
-            object.__setattr__(self, "id", f"{self.prefix}_{content_hash(self.identity())[:16]}")
+            object.__setattr__(self, "id", self.content_id())
 
     def identity(self) -> dict[str, Any]:
         """The content the id is derived from."""
         return self.model_dump(mode="json", exclude=set(self.unhashed))
+
+    def content_id(self) -> str:
+        """The id this record's content gives."""
+        return f"{self.prefix}_{content_hash(self.identity())[:16]}"
+
+    def check_content(self) -> None:
+        """Raise RecordError when the id is not the one the content gives."""
+        expected = self.content_id()
+        if self.id != expected:
+            raise RecordError(f"id does not match its content (expected {expected}, "
+                              f"got {self.id})")
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -76,6 +97,7 @@ class Design(Record):
 
     kind: Literal["design"] = "design"
     prefix: ClassVar[str] = "des"
+    checked: ClassVar[bool] = True
     domain: Domain = "game"
     skill: str = ""
     difficulty: str | None = None
@@ -91,12 +113,17 @@ class Design(Record):
     memory_ids: list[str] = Field(default_factory=list)
     source_path: str | None = None
 
+    def identity(self) -> dict[str, Any]:
+        # Declared fields only: a jq annotation (an extra field) is not the design's content.
+        return self.model_dump(mode="json", include=set(type(self).model_fields) - self.unhashed)
+
 
 class Env(Record):
     """A validated environment program, ready to be played."""
 
     kind: Literal["env"] = "env"
     prefix: ClassVar[str] = "env"
+    checked: ClassVar[bool] = True
     unhashed: ClassVar[frozenset[str]] = frozenset({"id", "meta", "hint", "parents", "policy"})
     domain: Domain
     skill: str = ""
@@ -109,7 +136,8 @@ class Env(Record):
 
     def identity(self) -> dict[str, Any]:
         # The same program is the same env, whoever designed it and whatever hint it later gets.
-        return {"source_hash": self.source_hash}
+        # Hashed from the source itself, not from the record's word for it (`source_hash`).
+        return {"source_hash": program_hash(self.source)}
 
 
 class Validation(Record):
@@ -231,6 +259,22 @@ def content_hash(content: Any) -> str:
     return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+# The ASCII whitespace a program's normal form may change besides " " and "\n": line boundaries
+# other than \n (str.splitlines splits on them) and the rest (str.rstrip drops them).
+_RARE_SPACE = "\t\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
+def program_hash(source: str) -> str:
+    """Hash of a program with trailing whitespace ignored, so cosmetic reruns match."""
+    normal = source.strip("\n")
+    # The usual program (ASCII, no line ending in whitespace) is its own normal form: hashing
+    # it as it is saves the line-by-line pass, a third of the cost of reading an env.
+    if not normal.isascii() or normal[-1:].isspace() or " \n" in normal \
+            or any(char in normal for char in _RARE_SPACE):
+        normal = "\n".join(line.rstrip() for line in normal.splitlines())
+    return hashlib.sha256(normal.encode()).hexdigest()
+
+
 def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from any parts (unlike hash(), the same in every process)."""
     key = ":".join(str(part) for part in parts).encode()
@@ -241,7 +285,7 @@ def parse(data: Any, kinds: set[str] | None = None) -> Record:
     """Validate one object decoded by orjson; raise RecordError naming the field on failure.
 
     orjson refuses NaN and Infinity tokens; the float fields refuse strings: so no record read
-    holds a non-finite number."""
+    holds a non-finite number. An env or design that carries an id must carry its content's."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, got {type(data).__name__}")
     kind, version = data.get("kind"), data.get("v", VERSION)
@@ -253,7 +297,7 @@ def parse(data: Any, kinds: set[str] | None = None) -> Record:
         raise RecordError(f"field 'v': version {version} was written by a newer spade "
                           f"(this one reads up to {VERSION})")
     try:
-        return MODELS[kind].model_validate(data)
+        record = MODELS[kind].model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "record"
@@ -261,6 +305,9 @@ def parse(data: Any, kinds: set[str] | None = None) -> Record:
         if first["type"] == "float_type":
             msg = f"expected a finite JSON number, got {first['input']!r}"[:200]
         raise RecordError(f"field '{field}': {msg}") from None
+    if record.checked:
+        record.check_content()
+    return record
 
 
 def dumps(record: Record | dict[str, Any]) -> bytes:

@@ -4,7 +4,11 @@ In: paths (`-` for stdin, files, directories of shards; `.jsonl`, `.jsonl.gz`, `
 Out: records, and shard directories `<kind>-<index:05d>.jsonl` with `_manifest.json`.
 Guarantees:
 - a bad line stops reading with `path:line: field 'x': message` (RecordError), and so does a
-  compressed file that is corrupt or cut off (`path: not a complete gzip file: ...`);
+  compressed file that is corrupt or cut off (`path: not a complete gzip file: ...`), or an env
+  or design whose id is not its content's (`path:line: id does not match its content ...`);
+- a stage uses each input record once: `run_stage` (and `unique`, for a stage that reads its
+  inputs whole) drops a record whose kind and id it has already met among the stage's inputs,
+  in any shard, counting it in `Stats` (`duplicates`, and the CLI's warning line);
 - no record read holds NaN or an infinity (see stages.records);
 - a final file exists only when complete (temp file in the same dir, fsync, rename), with the
   mode the umask gives any new file;
@@ -238,11 +242,32 @@ class Stats:
     skipped_shards: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # stage-specific diagnostics
     started: float = field(default_factory=time.monotonic)
+    seen: Counter = field(default_factory=Counter)  # (kind, id) -> times met among the inputs
+
+    def first(self, record: Record) -> bool:
+        """Count `record` among the stage's inputs: False when its kind and id came before."""
+        key = (record.kind, record.id)
+        self.seen[key] += 1
+        return self.seen[key] == 1
+
+    def repeated(self) -> list[tuple[str, str, int]]:
+        """(kind, id, times) of each input met more than once, in first-seen order."""
+        return [(kind, id_, n) for (kind, id_), n in self.seen.items() if n > 1]
+
+    @property
+    def duplicates(self) -> int:
+        """Input records dropped as repeats of one met before."""
+        return sum(n - 1 for n in self.seen.values())
 
     def as_dict(self) -> dict[str, Any]:
         return {"read": self.read, "written": dict(self.written), "reasons": dict(self.reasons),
-                "skipped_shards": self.skipped_shards, **self.extra,
-                "seconds": round(time.monotonic() - self.started, 3)}
+                "skipped_shards": self.skipped_shards, "duplicates": self.duplicates,
+                **self.extra, "seconds": round(time.monotonic() - self.started, 3)}
+
+
+def unique(records: Iterable[Record], stats: Stats) -> Iterator[Record]:
+    """The records met for the first time in this stage (see Stats.first); repeats dropped."""
+    return (record for record in records if stats.first(record))
 
 
 Transform = Callable[[Iterator[Record]], Iterator[Record]]
@@ -256,7 +281,9 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
     `out` is `-` (stdout, streaming, no resume), a file named `*.jsonl[.gz|.zst]` (every
     record in one file, written atomically), or a directory (one output file per produced kind
     per input shard, resumable). Records are counted into `stats`. With `kinds`, records of
-    other kinds pass by; a shard holding none of `kinds` is a RecordError.
+    other kinds pass by; a shard holding none of `kinds` is a RecordError. A record of `kinds`
+    met before in this stage's inputs (same kind and id, in any shard, one a rerun skips
+    included) is dropped: an env listed twice is played once.
     """
 
     def counted(records: Iterator[Record]) -> Iterator[Record]:
@@ -273,8 +300,9 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
                 passed[record.kind] += 1
                 continue
             wanted += 1
-            stats.read += 1
-            yield record
+            if stats.first(record):
+                stats.read += 1
+                yield record
         if passed and not wanted:
             found = ", ".join(f"{count} {kind}" for kind, count in passed.most_common())
             raise RecordError(f"no {' or '.join(sorted(kinds))} records, only {found}",
@@ -291,8 +319,14 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, encode(record for shard in shards for record in counted(inputs(shard))))
         return
+
+    def met(shard: Shard) -> None:  # a shard a rerun skips: what it held was used there
+        for record in read_shard(shard):
+            if kinds is None or record.kind in kinds:
+                stats.first(record)
+
     ShardDir(out, stage, config).run(shards, lambda s: counted(inputs(s)), stats, overwrite,
-                                     suffix)
+                                     suffix, met)
 
 
 def emit(stage: str, out: str, produce: Callable[[], Iterator[Record]], config: dict[str, Any],
@@ -313,7 +347,8 @@ class ShardDir:
         self.digest = content_hash(config)
 
     def run(self, shards: list[Shard], produce: Callable[[Shard], Iterator[Record]],
-            stats: Stats, overwrite: bool, suffix: str) -> None:
+            stats: Stats, overwrite: bool, suffix: str,
+            skipped: Callable[[Shard], None] = lambda _shard: None) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         manifest = self._load()
         done = {} if overwrite or manifest.get("config_digest") != self.digest \
@@ -327,6 +362,7 @@ class ShardDir:
                     (self.path / name).exists() for name in previous["outputs"]):
                 finished[key] = previous
                 stats.skipped_shards += 1
+                skipped(shard)
                 continue
             finished[key] = self._write_shard(shard, produce(shard), input_hash, suffix)
             self._save(finished, stats, complete=False)

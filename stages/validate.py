@@ -9,12 +9,13 @@ first failing check (sandbox/contract.py CHECKS) and why. A design made from a f
 reference code's multi-turn game template has none) passed every check but the oracle, which
 could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
 in `Stats.extra["envs_without_oracle"]`.
-Guarantees: generated code only ever runs inside jailed workers (two per design: one computes
-the solutions, the other plays); a hang, crash, memory or output blow-up is a reject with its
-sandbox outcome, never a stage failure; a jail that cannot start at all raises SandboxUnavailable
-(exit 69). Any other error while validating one design (a case spade does not handle yet) is that
-design's reject with check `internal` and outcome `internal_error` (stages/isolation.py); the
-stage goes on with the rest.
+Guarantees: generated code only ever runs inside jailed workers (two at a time per design, for
+the contract's checks and then for stages/trivial.py: one computes the solutions, the other
+plays); a hang, crash, memory or output blow-up is a reject with its sandbox outcome, never a
+stage failure; a jail that cannot start at all raises SandboxUnavailable (exit 69). Any other
+error while validating one design (a case spade does not handle yet) is that design's reject
+with check `internal` and outcome `internal_error` (stages/isolation.py); the stage goes on with
+the rest.
 
 Validation seeds are fresh for every design: derived from a base seed and the design's id, where
 the base is `Config.seed` when given (a reproducible validation) and otherwise drawn from the OS
@@ -23,11 +24,17 @@ same episode, up to SPARE_SEEDS more, derived the same way, are drawn one at a t
 differs (sandbox/contract.py `Seeds`). Every record lists the seeds played in
 `meta.validation = {"seed": base, "seeds": [...]}`: rerunning with `--seed <base>` replays the
 same design's validation exactly.
+
+After the contract's checks, `trivial` goes on in stages/trivial.py (two more jails: one solves,
+one plays): what a model emits when it does not know (prose, refusals, "I don't know", empty and
+malformed boxes, echoed observations, one generic action or one string literal of the source
+repeated) and near misses of the solution's final answer. Its tally, on the same seeds, is the
+record's `meta.trivial` (accepted or rejected by it): `{"policies", "plays", "steps", "capped",
+"wins": {policy: "won/played"}}`, listing the policies that won any episode.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -38,9 +45,11 @@ from typing import Iterable, Iterator
 from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds, runtime_checks,
                               static_checks)
 from sandbox.jail import Sandbox
+from stages import trivial
 from stages.executor import Executor, LocalExecutor
 from stages.isolation import INTERNAL, isolated
-from stages.records import Design, Env, Failure, Record, RecordError, Validation, derive_seed
+from stages.records import (Design, Env, Failure, Record, RecordError, Validation, derive_seed,
+                            program_hash as source_hash)
 from stages.shards import Stats
 
 HEADER_RE = re.compile(r"^#\s*spade:\s*(.*)$", re.M)
@@ -51,12 +60,6 @@ class Config:
     workers: int = 2
     sandbox: Sandbox = field(default_factory=Sandbox)
     seed: int | None = None  # None: fresh validation seeds for every design
-
-
-def source_hash(source: str) -> str:
-    """Hash of the program with trailing whitespace ignored, so cosmetic reruns match."""
-    normal = "\n".join(line.rstrip() for line in source.strip("\n").splitlines())
-    return hashlib.sha256(normal.encode()).hexdigest()
 
 
 def validation_seeds(base: int, design: Design, count: int = VALIDATION_SEEDS) -> list[int]:
@@ -81,15 +84,19 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
     if source_file is not None:
         meta["source_file"] = source_file
     source = None
-    try:
-        source = static_checks(design.completion, is_source=source_file is not None)
-        facts = runtime_checks(cfg.sandbox, source, seeds)
-    except ContractError as exc:
+
+    def reject(exc: ContractError) -> Validation:
         return Validation(check=exc.check, outcome=exc.outcome, domain=design.domain,
                           skill=design.skill, parents=[design.id], policy=design.policy,
                           round=design.round, slot=design.slot, attempt=design.attempt,
                           error=Failure(type=exc.check, msg=exc.msg), meta=meta,
                           source_hash=source_hash(source) if source else None)
+
+    try:
+        source = static_checks(design.completion, is_source=source_file is not None)
+        facts = runtime_checks(cfg.sandbox, source, seeds)
+    except ContractError as exc:
+        return reject(exc)
     if facts.domain != design.domain:
         return Validation(check="structure", domain=design.domain, skill=design.skill,
                           parents=[design.id], policy=design.policy, round=design.round,
@@ -97,6 +104,13 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
                           source_hash=source_hash(source),
                           error=Failure(type="structure", msg=f"asked for a {design.domain} env, "
                                         f"got a {facts.domain} env ({facts.class_name})"))
+    try:
+        meta["trivial"] = trivial.check(cfg.sandbox, source, seeds.used, facts)
+    except trivial.TrivialError as exc:
+        meta["trivial"] = exc.tally
+        return reject(exc)
+    except ContractError as exc:
+        return reject(exc)
     if not facts.oracle:
         meta["oracle"] = "none"
     return Env(domain=facts.domain, skill=design.skill, class_name=facts.class_name,
@@ -118,8 +132,8 @@ def validate_isolated(design: Design, cfg: Config) -> Env | Validation:
 
 def run(designs: Iterable[Record], cfg: Config, stats: Stats,
         executor: Executor | None = None) -> Iterator[Record]:
-    """Validate designs concurrently (cfg.workers at once, two jails each), yielding in input
-    order: on this machine, or across a cluster's nodes given a RayExecutor (stages/executor.py)."""
+    """Validate designs concurrently (cfg.workers at once, two jails at a time each), yielding in
+    input order: on this machine, or across a cluster's nodes given a RayExecutor (stages/executor.py)."""
     executor = executor or LocalExecutor(cfg.workers)
     for record in executor.map(partial(validate_isolated, cfg=cfg), designs):
         yield _count(record, stats)

@@ -14,7 +14,8 @@ would hand them to rollout.
 What is asserted: validate and rollout finish, one record per design and per play, each with
 its outcome and reason, in order; the seed envs mixed in come out as usual; every record goes
 through the shard writer; score-regret and report take the rollout records; `spade validate`
-then `spade rollout` over the corpus exit 0. The corpus runs in nsjail only (it holds a fork
+then `spade rollout` over the corpus exit 0; each program forged under a seed env's id is
+refused at read. The corpus runs in nsjail only (it holds a fork
 bomb): without a jail the module is skipped.
 """
 
@@ -34,7 +35,7 @@ from sandbox.jail import OUTCOMES, Limits, Sandbox
 from stages import rollout, score_regret, seed_library, validate
 from stages.backends.scripted import ScriptedBackend
 from stages.isolation import INTERNAL
-from stages.records import Env, Rollout, Validation
+from stages.records import Env, RecordError, Rollout, Validation
 from stages.shards import Stats, encode, read, write_atomic
 
 pytestmark = pytest.mark.slow
@@ -225,6 +226,24 @@ def test_score_regret_and_report_take_the_corpus_records(envs, played, validated
         round_trip(kept, round_dir / f"{kind}-00000.jsonl")
     built = report.build(tmp_path / "run", embedder=None)
     assert built.path.exists()
+
+
+# -- forged records ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_program_under_a_seed_envs_id_is_refused_at_read(name, tmp_path):
+    """A shard that hands rollout this program under an accepted env's id (and its source_hash):
+    refused at its line, so no play of it is credited to the other env."""
+    program = next(p for p in CORPUS if p.name == name)
+    seed = next(iter(read([str(seed_library.ENV_SHARD)], kinds={"env"})))
+    forged = {**direct_env(program.path).to_dict(), "id": seed.id,
+              "source_hash": seed.source_hash}
+    path = tmp_path / "env-00000.jsonl"
+    path.write_bytes(orjson.dumps(seed.to_dict()) + b"\n" + orjson.dumps(forged) + b"\n")
+    with pytest.raises(RecordError, match=re.escape(
+            f"{path}:2: id does not match its content (expected "
+            f"{direct_env(program.path).id}, got {seed.id})")):
+        list(read([str(path)]))
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -208,3 +208,57 @@ def test_every_generating_stage_closes_its_backend(command, args, tmp_path, monk
                     "--model", "m", "-o", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
     assert len(opened) == 1 and opened[0].closed and opened[0].calls
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Every model a command loads is an agent that presses `a`."""
+    from stages import backends
+    from stages.backends.scripted import ScriptedBackend
+
+    monkeypatch.setattr(backends, "load_backend",
+                        lambda spec: ScriptedBackend(lambda messages, tools: "\\boxed{a}"))
+    return ["--backend", "openai", "--model", "m"]
+
+
+def test_an_env_under_another_envs_id_is_exit_65_at_its_line(tmp_path, scripted):
+    first, second = lines(seed_library.ENV_SHARD.read_text())[:2]
+    forged = {**second, "id": first["id"], "source_hash": first["source_hash"]}
+    pool = tmp_path / "pool.jsonl"
+    pool.write_bytes(orjson.dumps(first) + b"\n" + orjson.dumps(forged) + b"\n")
+    message = f"id does not match its content (expected {second['id']}, got {first['id']})"
+    for args, input, where in (([pool], None, f"{pool}:2"), ([], pool.read_text(), "<stdin>:2")):
+        result = invoke("rollout", *args, "-n", 1, *scripted, input=input)
+        assert result.exit_code == 65, result.stderr
+        assert result.stderr == f"spade rollout: error: {where}: {message}\n"
+        assert result.stdout == ""
+
+
+def test_a_repeated_env_is_played_once_with_a_warning(tmp_path, scripted, jail_available):
+    line = seed_library.STARTER_SHARD.read_text().splitlines()[0]
+    env_id = orjson.loads(line)["id"]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(f"{line}\n{line}\n")
+    result = invoke("rollout", pool, pool, "-n", 2, "--max-turns", 1, *scripted,
+                    "-o", tmp_path / "plays")
+    assert result.exit_code == 0, result.stderr
+    plays = lines((tmp_path / "plays" / "rollout-00000.jsonl").read_text())
+    assert len(plays) == 2 and len({p["seed"] for p in plays}) == 2
+    assert not (tmp_path / "plays" / "rollout-00001.jsonl").exists()
+    warning = (f"spade rollout: warning: env {env_id} appears 4 times in the inputs; "
+               f"using it once")
+    assert warning in result.stderr.splitlines()
+    manifest = orjson.loads((tmp_path / "plays" / "_manifest.json").read_bytes())
+    assert manifest["stats"]["duplicates"] == 3 and manifest["stats"]["read"] == 1
+    assert "1 envs -> 2 plays" in result.stderr
+
+
+def test_score_regret_merges_a_repeated_input_once(chain):
+    root, _ = chain
+    once = invoke("score-regret", root / "envs", root / "plays-hint", root / "plays")
+    twice = invoke("score-regret", root / "envs", root / "plays-hint", root / "plays",
+                   root / "plays", root / "envs")
+    assert once.exit_code == twice.exit_code == 0, twice.stderr
+    assert once.stdout == twice.stdout and "warning" not in once.stderr
+    assert "spade score-regret: warning: env env_" in twice.stderr
+    assert "more records appear more than once in the inputs; using each once" in twice.stderr

@@ -6,7 +6,8 @@ import re
 import orjson
 import pytest
 
-from stages.records import VERSION, Design, Env, Rollout, RecordError, dumps, parse
+from stages.records import (VERSION, Design, Env, Rollout, RecordError, dumps, parse,
+                            program_hash)
 
 
 def make_env(**overrides):
@@ -23,7 +24,10 @@ def test_id_derives_from_content_and_reruns_reproduce_it():
 def test_env_id_depends_on_program_not_on_hint_or_lineage():
     base = make_env()
     assert make_env(hint="try corners", parents=["des_1"]).id == base.id
-    assert make_env(source_hash="other").id != base.id
+    assert make_env(source="class OtherEnv: ...").id != base.id
+    # the id is the program's: a record's own word for its hash (source_hash) does not move it
+    assert make_env(source_hash="other").id == base.id
+    assert make_env(source="class GridEnv: ...  \n\n").id == base.id  # trailing space ignored
 
 
 def test_meta_is_not_hashed():
@@ -113,3 +117,45 @@ def test_every_float_field_refuses_non_finite_strings_at_read(kind, field, make,
 def test_the_float_fields_found_cover_every_kind_that_has_one():
     kinds = {kind for kind, _, _ in float_fields()}
     assert kinds == {"design", "rollout", "regret", "memory", "train", "eval"}
+
+
+def test_an_env_whose_id_is_not_its_programs_is_refused_at_read():
+    # another env's id on a different program: the play would be credited to the other env
+    data = {**orjson.loads(dumps(make_env(source="class OtherEnv: ..."))), "id": make_env().id}
+    with pytest.raises(RecordError, match=rf"^id does not match its content \(expected "
+                                          rf"{make_env(source='class OtherEnv: ...').id}, "
+                                          rf"got {make_env().id}\)$"):
+        parse(data)
+    # nor does the record's own word for the program's hash let it keep the id
+    data["source_hash"] = make_env().source_hash
+    with pytest.raises(RecordError, match="id does not match its content"):
+        parse(data)
+
+
+def test_a_design_whose_content_changed_under_its_id_is_refused_at_read():
+    data = orjson.loads(dumps(Design(completion="x")))
+    assert parse(data).id == data["id"]
+    with pytest.raises(RecordError, match="id does not match its content"):
+        parse({**data, "completion": "```python\nclass OtherEnv: ...\n```"})
+
+
+def test_a_record_without_an_id_gets_its_contents_and_annotations_keep_it():
+    data = orjson.loads(dumps(make_env()))
+    assert parse({k: v for k, v in data.items() if k != "id"}).id == make_env().id
+    design = orjson.loads(dumps(Design(completion="x")))
+    annotated = parse({**design, "note": "added by jq", "meta": {"by": "hand"}})
+    assert annotated.id == design["id"] and annotated.note == "added by jq"
+    # other kinds are not checked: a regret's advantage is set after its id (score-regret)
+    rollout = orjson.loads(dumps(Rollout(env_id="env_a")))
+    assert parse({**rollout, "reward": 1.0}).id == rollout["id"]
+
+
+@pytest.mark.parametrize("source", [
+    "class A:\n    pass\n", "class A:  \n\tpass\t\n\n", "a\r\nb\r\n", "a\x0bb", "a\x1f\nb",
+    "\n\nx = 1\n\n\n", "x = 'é'  \ny = 2\u2028z", "a\xa0\nb", "", "\n", " ",
+])
+def test_program_hash_ignores_trailing_whitespace_as_the_line_by_line_form(source):
+    import hashlib
+
+    normal = "\n".join(line.rstrip() for line in source.strip("\n").splitlines())
+    assert program_hash(source) == hashlib.sha256(normal.encode()).hexdigest()

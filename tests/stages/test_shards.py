@@ -1,7 +1,9 @@
 """Shards: reading by suffix, path:line errors, atomic writes, manifests and resume."""
 
 import gzip
+import io
 import os
+import re
 from pathlib import Path
 
 import orjson
@@ -9,7 +11,7 @@ import pytest
 
 from stages.records import Design, RecordError, dumps
 from stages.shards import (MANIFEST, InputMissing, Shard, Stats, find_shards, read, run_stage,
-                           write_atomic)
+                           unique, write_atomic)
 
 
 def designs(n, start=0):
@@ -68,8 +70,8 @@ def test_atomic_write_leaves_no_file_when_interrupted(tmp_path):
 
 
 def upper(records):
-    for record in records:
-        yield record.model_copy(update={"completion": record.completion.upper()})
+    for record in records:  # new content, so a new record (a copy would keep the old id)
+        yield Design(completion=record.completion.upper())
 
 
 def test_directory_output_writes_shards_and_manifest_last(tmp_path):
@@ -235,3 +237,56 @@ def test_shards_and_manifests_get_the_mode_the_umask_gives(tmp_path, umask):
         os.umask(previous)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
     assert modes == {"design-00000.jsonl": 0o666 & ~umask, MANIFEST: 0o666 & ~umask}
+
+
+def forged_design_lines():
+    """Line 1 a design, line 2 another design's content under line 1's id."""
+    first, other = designs(2)
+    forged = {**orjson.loads(dumps(other)), "id": first.id}
+    return dumps(first) + orjson.dumps(forged) + b"\n", other.id, first.id
+
+
+def test_a_record_whose_id_is_not_its_contents_stops_reading_at_its_line(tmp_path, monkeypatch):
+    data, expected, got = forged_design_lines()
+    message = f"id does not match its content (expected {expected}, got {got})"
+    path = tmp_path / "design-00000.jsonl.gz"
+    path.write_bytes(gzip.compress(data))
+    with pytest.raises(RecordError, match=re.escape(f"{path}:2: {message}")):
+        list(read([str(path)]))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    with pytest.raises(RecordError, match=re.escape(f"<stdin>:2: {message}")):
+        list(read(["-"]))
+
+
+def kept(records):
+    yield from records
+
+
+def test_a_stage_uses_a_record_repeated_across_its_inputs_once(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    one, two = designs(2)
+    write_shard(inputs / "design-00000.jsonl", [one, two, one])
+    write_shard(inputs / "design-00001.jsonl", [two])
+    stats = Stats()
+    run_stage("keep", find_shards([str(inputs)]), str(tmp_path / "out.jsonl"), kept, {}, stats,
+              kinds={"design"})
+    assert [r.id for r in read([str(tmp_path / "out.jsonl")])] == [one.id, two.id]
+    assert stats.read == 2 and stats.duplicates == 2 and stats.as_dict()["duplicates"] == 2
+    assert stats.repeated() == [("design", one.id, 2), ("design", two.id, 2)]
+    assert [r.id for r in unique([one, two, one], Stats())] == [one.id, two.id]
+
+
+def test_a_rerun_remembers_what_the_shards_it_skips_held(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    one, two = designs(2)
+    write_shard(inputs / "design-00000.jsonl", [one])
+    write_shard(inputs / "design-00001.jsonl", [one, two])
+    out = tmp_path / "out"
+    run_stage("keep", find_shards([str(inputs)]), str(out), kept, {}, Stats(), kinds={"design"})
+    (out / "design-00001.jsonl").unlink()  # the second shard is redone, the first skipped
+    stats = Stats()
+    run_stage("keep", find_shards([str(inputs)]), str(out), kept, {}, stats, kinds={"design"})
+    assert stats.skipped_shards == 1 and stats.duplicates == 1
+    assert [r.id for r in read([str(out / "design-00001.jsonl")])] == [two.id]

@@ -2,6 +2,7 @@
 the seed library pass; validation seeds are fresh, recorded and replayable."""
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,61 @@ def test_a_given_seed_makes_validation_reproducible_per_design():
     assert stage.validation_seeds(7, designs[0]) == stage.validation_seeds(7, designs[0])
     assert stage.validation_seeds(7, designs[0]) != stage.validation_seeds(8, designs[0])
     assert stage.validation_seeds(7, designs[0]) != stage.validation_seeds(7, designs[1])
+
+
+# -- trivial: what a model emits when it does not know (stages/trivial.py) ---------------------
+
+def test_near_misses_change_only_the_final_answer_and_never_its_case():
+    from stages.trivial import control, near_misses
+
+    assert near_misses("\\boxed{50}") == {
+        "number 1 -1": "\\boxed{49}", "number 1 +1": "\\boxed{51}",
+        "number 1 -2%": "\\boxed{49.00}", "number 1 +2%": "\\boxed{51.00}"}
+    assert near_misses("\\boxed{1.2}") == {"number 1 -1": "\\boxed{0.2}",
+                                            "number 1 +1": "\\boxed{2.2}"}  # 2% < 0.1: none
+    assert near_misses("\\boxed{-12.50}")["number 1 +2%"] == "\\boxed{-12.7500}"
+    big = "9" * 40
+    assert near_misses(f"\\boxed{{{big}}}")["number 1 +1"] == "\\boxed{1" + "0" * 40 + "}"
+    assert near_misses("I go \\boxed{Paris}") == {"one letter changed": "I go \\boxed{Qaris}"}
+    assert near_misses("\\boxed{zebra crossing}") == {
+        "one letter changed": "\\boxed{zebra drossing}"}
+    assert near_misses("<answer>Zed</answer>") == {"one letter changed": "<answer>Aed</answer>"}
+    call = '<tool_call>{"name": "pay", "arguments": {"amount": 100}}</tool_call>'
+    assert set(near_misses(call)) == {"number 1 -1", "number 1 +1", "number 1 -2%",
+                                      "number 1 +2%"}  # numbers only: no letters in JSON
+    assert near_misses("done") == {} and control("done") is None
+    assert control(call) == '<tool_call>{"name": "zzz", "arguments": {}}</tool_call>'
+    assert control("\\boxed{42}") == "\\boxed{zzz}"
+
+
+def test_literals_are_short_action_like_deduplicated_and_capped():
+    from stages.trivial import MAX_LITERALS, literals
+
+    source = ('"""A long docstring that is prompt text, not an action."""\n'
+              'X = ["a", "a", " b ", ".", "two words", "one two three four", "north"]\n')
+    assert literals(source) == ["a", "b", "north", "two words"]  # shortest first
+    crowded = source + "".join(f'Y{i} = "w{i:02d}"\n' for i in range(MAX_LITERALS))
+    found = literals(crowded)
+    assert len(found) == MAX_LITERALS and found[:3] == ["a", "b", "w00"]
+
+
+def test_trivial_records_what_it_played_and_replays_exactly(jail_available):
+    design = design_for(VALID / "coin_call.py")
+    first, again = (stage.validate_one(design, stage.Config(seed=3)) for _ in range(2))
+    assert isinstance(first, Env) and dumps(first) == dumps(again)
+    tally = first.meta["trivial"]
+    assert tally["policies"] > 10 and tally["plays"] > tally["policies"] and not tally["capped"]
+    assert all(re.fullmatch(r"\d+/\d+", count) for count in tally["wins"].values())
+
+
+@pytest.mark.parametrize("name, policy", [
+    ("hack_tolerance_grader", "near misses"), ("hack_prose_pays", "plain prose"),
+    ("hack_unknown_pays", '"I don\'t know"'), ("hack_secret_word", "\\boxed{xyzzy}"),
+    ("hack_last_turn_pays", "\\boxed{0} every turn"), ("hack_short_unboxed_pays", "plain prose"),
+    ("hack_fuzzy_word_grader", "one letter changed")])
+def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, jail_available):
+    path = Path(__file__).parents[1] / "adversarial" / "programs" / f"{name}.py"
+    record = stage.validate_one(design_for(path), stage.Config(seed=0))
+    assert isinstance(record, Validation) and record.check == "trivial", record
+    assert policy in record.error.msg and "of 5 seeds" in record.error.msg
+    assert record.meta["trivial"]["wins"]

@@ -1,5 +1,4 @@
-# expect: validate=load|may-pass rollout=ok|program_error
-# may pass: the boundary cuts the name and replaces its surrogates; it is a label
+# expect: validate=structure rollout=ok|program_error
 """The env class renames itself to a 70,000-character name full of lone surrogates."""
 
 import random

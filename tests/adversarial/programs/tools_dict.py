@@ -1,6 +1,6 @@
 # spade: domain=tool_use
 # expect: validate=reset_gate rollout=ok
-"""get_tools(), rebound after the class body, returns a dict of schemas instead of a list."""
+"""get_tools(), rebound on the instance by setup(), returns a dict of schemas instead of a list."""
 
 
 class CounterEnv(ToolUseBaseEnv):
@@ -15,6 +15,8 @@ class CounterEnv(ToolUseBaseEnv):
                                              "required": ["n"]}}}
         self.instructions = [f"Make the counter exactly {t}." for t in self.targets]
         self.criteria = [lambda s, t=t: s["value"] == t for t in self.targets]
+        # on the instance, where neither the class checks nor the worker's guard look
+        self.get_tools = lambda: tools_as_dict(self)
 
     def tool_add(self, n):
         self.state["value"] += int(n)
@@ -32,6 +34,3 @@ class CounterEnv(ToolUseBaseEnv):
 def tools_as_dict(self):
     return {"add": {"type": "function", "function": {"name": "add", **self.tools["add"]}}}
 
-
-# assigned after the class body, where a check of the class's own definitions does not look
-CounterEnv.get_tools = tools_as_dict

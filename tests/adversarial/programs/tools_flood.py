@@ -1,6 +1,6 @@
 # spade: domain=tool_use
 # expect: validate=reset_gate rollout=ok|program_error
-"""get_tools(), rebound after the class body, returns 1,000 schemas (far over any prompt)."""
+"""get_tools(), rebound on the instance by setup(), returns 1,000 schemas (far over any prompt)."""
 
 
 class CounterEnv(ToolUseBaseEnv):
@@ -15,6 +15,8 @@ class CounterEnv(ToolUseBaseEnv):
                                              "required": ["n"]}}}
         self.instructions = [f"Make the counter exactly {t}." for t in self.targets]
         self.criteria = [lambda s, t=t: s["value"] == t for t in self.targets]
+        # on the instance, where neither the class checks nor the worker's guard look
+        self.get_tools = lambda: a_thousand_tools(self)
 
     def tool_add(self, n):
         self.state["value"] += int(n)
@@ -34,6 +36,3 @@ def a_thousand_tools(self):
                                               "parameters": {"type": "object"}}}
             for i in range(1000)]
 
-
-# assigned after the class body, where a check of the class's own definitions does not look
-CounterEnv.get_tools = a_thousand_tools

@@ -1,0 +1,384 @@
+"""Which class of an env module is the env, and proof that the class played is that class.
+
+In: an env module's AST (`ast.parse` of its source); in the jail worker also its compiled code,
+the namespace it ran in and the base class the worker injected.
+Out: `env_class(tree)`, the one rule both the static checks (sandbox/contract.py `structure`)
+and the worker (sandbox/worker.py `load`) use to pick the env class: exactly one top-level
+`class` statement whose name ends in `Env` (`ToolUseBaseEnv` aside); none, or more than one, is
+`EnvClassError`. `import_time_patch(tree, name)`: the first statement that, when the module is
+imported, changes a class or rebinds the env class's name, as "what (line N)", or None.
+`Guard`: run in the worker, the proof that what it plays is that class statement's class,
+unchanged (`Guard.check` after load and after every request).
+
+What `import_time_patch` reads (static, never runs the code): module-level statements, class
+bodies (they run at import), decorators and default values, and the bodies of module-level
+functions and class methods that import-time code calls by name (transitively). It rejects an
+assignment, augmented assignment or `del` whose target is an attribute or item of a top-level
+class, of `ToolUseBaseEnv` or of a module-level alias of one (`MyEnv.step = ...`,
+`MyEnv.step.__code__ = ...`, `ToolUseBaseEnv.reset.__globals__["x"] = ...`); `setattr`,
+`delattr`, `object.__setattr__` and `type.__setattr__` on one; and any binding of the env
+class's or `ToolUseBaseEnv`'s name besides the class statement (an assignment, `del`, import,
+`def`, `global` declaration, or an item of `globals()`). What it cannot see: a class reached
+through a parameter, a return value or a computed name (`def patch(cls): cls.step = f` used as
+a decorator, `getattr(sys.modules[__name__], n)`), or changes made while the env plays. `Guard`
+catches those at run time, for the env class, every class of the module in its MRO, and the
+injected base class and its module's globals: a method whose code is not one its class
+statement compiled, a name bound again, a base swapped, a method added, replaced or removed,
+a function's code or defaults reassigned. It does not see a class attribute that is not a
+function given another value through a computed path, or a stdlib module patched (`re`, `json`,
+`random`): the jail bounds those, and the runtime checks play the env the worker plays.
+
+Stdlib only and self-contained: the worker runs a private copy of this file in the jail, taken
+before any env code runs (the builtins it uses are bound here, so an env that patches builtins
+misses them).
+"""
+
+import ast
+from builtins import (Exception, any, callable, classmethod, dict, getattr, id, isinstance, len,
+                      list, min, object, property, set, sorted, staticmethod, type, zip)
+from types import CodeType, FunctionType
+
+BASE_NAME = "ToolUseBaseEnv"
+SETTERS = ("setattr", "delattr")
+DUNDER_SETTERS = ("__setattr__", "__delattr__")
+_vars = type.__dict__["__dict__"].__get__  # a class's own namespace, whatever its metaclass says
+_bases = type.__dict__["__bases__"].__get__
+_mro = type.__dict__["__mro__"].__get__
+_code = FunctionType.__code__.__get__
+_defaults = FunctionType.__defaults__.__get__
+_kwdefaults = FunctionType.__kwdefaults__.__get__
+_name_of = type.__dict__["__name__"].__get__
+
+
+class EnvClassError(Exception):
+    """The module has no env class, several, or one that is not what its statement defined."""
+
+
+# -- the rule: which class is the env ----------------------------------------------------------
+
+def env_class(tree):
+    """The env class's statement: the one top-level `class` whose name ends in `Env`."""
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef)
+             and node.name.endswith("Env") and node.name != BASE_NAME]
+    if not found:
+        raise EnvClassError("no top-level class whose name ends in 'Env'")
+    if len(found) > 1:
+        where = ", ".join(f"{node.name} (line {node.lineno})" for node in found)
+        raise EnvClassError(f"{len(found)} top-level classes end in 'Env': {where}; define "
+                            "exactly one, the env that is played, and give helper classes "
+                            "other names")
+    return found[0]
+
+
+# -- static: what import-time code does to classes ---------------------------------------------
+
+def import_time_patch(tree, env_name):
+    """The first import-time change to a class, or rebinding of the env class's name, as
+    "what (line N)"; None when there is none. Never runs the code."""
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)} | {BASE_NAME}
+    aliases = dict.fromkeys(classes)
+    changed = True
+    while changed:  # `E = MyEnv` at module level makes E a class too
+        changed = False
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases:
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in aliases:
+                        aliases[target.id] = None
+                        changed = True
+    functions = {node.name: node for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    methods = {(cls.name, item.name): item for cls in tree.body if isinstance(cls, ast.ClassDef)
+               for item in cls.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    protected = {env_name, BASE_NAME}
+    for node in ast.walk(tree):  # a `global` declaration anywhere can rebind the env class
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                if name in protected:
+                    return (f"'global {name}' lets a function rebind the env class "
+                            f"(line {node.lineno})")
+    pending, seen = list(tree.body), set()
+    while pending:
+        node = pending.pop(0)
+        for part in import_time_nodes(node):
+            problem = patch_in(part, aliases, protected)
+            if problem:
+                return f"{problem} (line {part.lineno})"
+            called = called_at_import(part, functions, methods)
+            for function in called:
+                if id(function) not in seen:
+                    seen.add(id(function))
+                    pending.extend(function.body)
+    for node in tree.body:  # top-level bindings of the env class's name other than its class
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in protected:
+            return f"def {node.name} rebinds the env class's name (line {node.lineno})"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if (alias.asname or alias.name.partition(".")[0]) in protected:
+                    return f"an import rebinds {alias.asname or alias.name} (line {node.lineno})"
+    return None
+
+
+def import_time_nodes(node):
+    """`node` and what in it runs when it runs: a def's decorators, defaults and annotations but
+    not its body; a class's bases, keywords, decorators and body."""
+    stack = [node]
+    while stack:
+        child = stack.pop()
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield child  # its name is bound, and its decorators called, at import
+            arguments = child.args
+            runs = [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
+            if not isinstance(child, ast.Lambda):
+                runs += [*child.decorator_list, *(a.annotation for a in (
+                    *arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)
+                    if a.annotation is not None)]
+            stack.extend(runs)
+            continue
+        yield child
+        stack.extend(ast.iter_child_nodes(child))
+
+
+def root_name(node):
+    """The name an attribute/item chain starts from: `MyEnv` for `MyEnv.step.__code__`,
+    `getattr(MyEnv, "step").x` and `vars(MyEnv)["step"]`."""
+    while True:
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "vars") and node.args:
+            node = node.args[0]
+        else:
+            return node.id if isinstance(node, ast.Name) else None
+
+
+def is_globals(node):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+        and node.func.id in ("globals", "vars") and not node.args
+
+
+def patch_in(node, classes, protected):
+    """What this one node does to a class, or None."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Delete):
+        targets = node.targets
+    elif isinstance(node, ast.Call):
+        func = node.func
+        setter = (func.id if isinstance(func, ast.Name) and func.id in SETTERS else
+                  func.attr if isinstance(func, ast.Attribute) and func.attr in DUNDER_SETTERS
+                  else None)
+        if setter and node.args and root_name(node.args[0]) in classes:
+            owner = ast.unparse(node.args[0])
+            attribute = node.args[1] if len(node.args) > 1 else None
+            if isinstance(attribute, ast.Constant) and isinstance(attribute.value, str):
+                return f"{setter} at import replaces {owner}.{attribute.value}"
+            return f"{setter} at import changes an attribute of {owner}"
+        return None
+    elif isinstance(node, (ast.Name, ast.NamedExpr)):
+        name = node if isinstance(node, ast.Name) else node.target
+        if isinstance(name.ctx, (ast.Store, ast.Del)) and name.id in protected:
+            return f"{name.id} is bound again after its class statement"
+        return None
+    else:
+        return None
+    verb = "del" if isinstance(node, ast.Delete) else "module-level assignment"
+    for target in targets:
+        for part in target_parts(target):
+            if isinstance(part, (ast.Attribute, ast.Subscript)) \
+                    and root_name(part) in classes:
+                return f"{verb} {'of' if verb == 'del' else 'replaces'} {ast.unparse(part)}"
+            if isinstance(part, ast.Subscript) and is_globals(part.value):
+                return f"{verb} through {ast.unparse(part)} rebinds a module name"
+    return None
+
+
+def target_parts(target):
+    """The targets an assignment target binds: the elements of a tuple or list target."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [part for element in target.elts for part in target_parts(element)]
+    if isinstance(target, ast.Starred):
+        return target_parts(target.value)
+    return [target]
+
+
+def called_at_import(node, functions, methods):
+    """Module-level functions and class methods `node` calls (or decorates with) by name."""
+    names = []
+    if isinstance(node, ast.Call):
+        names.append(node.func)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.extend(node.decorator_list)
+    found = []
+    for name in names:
+        if isinstance(name, ast.Call):
+            name = name.func
+        if isinstance(name, ast.Name) and name.id in functions:
+            found.append(functions[name.id])
+        elif isinstance(name, ast.Attribute) and isinstance(name.value, ast.Name) \
+                and (name.value.id, name.attr) in methods:
+            found.append(methods[name.value.id, name.attr])
+    return found
+
+
+# -- at run time, in the worker ----------------------------------------------------------------
+
+def _parts(value):
+    """What of a class attribute a patch could change: a function's code and defaults (through a
+    staticmethod, classmethod or property too)."""
+    kind = type(value)
+    if kind is FunctionType:
+        return (value, _code(value), _defaults(value), _kwdefaults(value))
+    if kind is staticmethod or kind is classmethod:
+        return (value, *_parts(value.__func__))
+    if kind is property:
+        return (value, *(part for f in (value.fget, value.fset, value.fdel) for part in _parts(f)))
+    return (value,)
+
+
+def _functions(value):
+    """The plain functions behind a class attribute."""
+    kind = type(value)
+    if kind is FunctionType:
+        return [value]
+    if kind is staticmethod or kind is classmethod:
+        return _functions(value.__func__)
+    if kind is property:
+        return [f for part in (value.fget, value.fset, value.fdel) for f in _functions(part)]
+    return []
+
+
+def _acts(value):
+    """Whether a class attribute is behaviour rather than data: a function, a descriptor or
+    anything callable (read from the type's own namespaces: no env code runs)."""
+    if callable(value):
+        return True
+    return any("__get__" in _vars(kind) for kind in _mro(type(value)))
+
+
+def _same(first, second):
+    if len(first) != len(second):
+        return False
+    for key, parts in first.items():
+        other = second.get(key)
+        if other is None or len(other) != len(parts):
+            return False
+        for a, b in zip(parts, other):
+            if a is not b:
+                return False
+    return True
+
+
+class Guard:
+    """The worker's proof that the env class it plays is the one its class statement built.
+
+    `Guard(tree, code, namespace, base)` is made before the module runs (`base` is the class the
+    worker injects as ToolUseBaseEnv); `loaded()` after, returning the env class or raising
+    EnvClassError (no env class, several, or one that is not its statement's); `check()` after
+    every request, raising EnvClassError when a class it guards changed since."""
+
+    def __init__(self, tree, code, namespace, base):
+        try:  # reported after the module runs, so its own errors come first, as they always did
+            self.node, self.problem = env_class(tree), None
+        except EnvClassError as exc:
+            self.node, self.problem = None, exc
+        self.tree, self.code, self.namespace, self.base = tree, code, namespace, base
+        base_globals = getattr(base.reset, "__globals__", {})
+        self.base_globals = base_globals
+        self.guarded = {}  # class -> snapshot
+        self.base_snapshot = (self._snapshot(base), dict(base_globals))
+
+    @staticmethod
+    def _snapshot(cls, behaviour_only=False):
+        """What a patch could change of `cls`: its bases and its attributes (with
+        `behaviour_only`, those that act: functions, descriptors, callables; an env's own data,
+        such as a class-level counter, may change as it plays)."""
+        return {"__bases__": (_bases(cls),), **{
+            key: _parts(value) for key, value in _vars(cls).items()
+            if not behaviour_only or _acts(value)}}
+
+    def _body_codes(self, node):
+        """The code objects the class statement `node` compiled: its body and what is in it."""
+        line = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        bodies = [c for c in self.code.co_consts if type(c) is CodeType
+                  and c.co_name == node.name and c.co_firstlineno == line]
+        if len(bodies) != 1:
+            raise EnvClassError(f"the class statement of {node.name} was not compiled as written")
+        return bodies[0], {c for c in bodies[0].co_consts if type(c) is CodeType}
+
+    def _verify(self, cls, node):
+        """`cls` is what class statement `node` built: its functions are that statement's, its
+        bases are the ones named."""
+        name = node.name
+        if type(cls) is not type and not isinstance(cls, type):
+            raise EnvClassError(f"{name} is not a class after the module ran: it was bound again "
+                                "after its class statement")
+        body, codes = self._body_codes(node)
+        own = _vars(cls)
+        for key, value in own.items():
+            for function in _functions(value):
+                if _code(function) not in codes:
+                    raise EnvClassError(f"{name}.{key} is not the one its class statement "
+                                        f"defined (line {node.lineno}): a method was replaced "
+                                        "or added after the class was built")
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and not item.decorator_list and item.name not in own:
+                raise EnvClassError(f"{name}.{item.name} was removed after the class was built")
+        classes = {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
+        bases = _bases(cls)
+        if not node.bases and bases != (object,):
+            raise EnvClassError(f"{name}'s bases were changed after its class statement")
+        if node.bases and len(bases) != len(node.bases):
+            raise EnvClassError(f"{name}'s bases are not the ones its class statement names")
+        for written, actual in zip(node.bases, bases):
+            if not isinstance(written, ast.Name):
+                continue
+            if written.id == BASE_NAME:
+                if actual is not self.base:
+                    raise EnvClassError(f"{name}'s base is not the ToolUseBaseEnv the jail "
+                                        "provides")
+            elif written.id in classes:
+                self._verify(actual, classes[written.id])
+            elif written.id == "object" and actual is not object:
+                raise EnvClassError(f"{name}'s base is not object")
+        self.guarded[cls] = self._snapshot(cls, behaviour_only=True)
+
+    def loaded(self):
+        """The env class, verified; raises EnvClassError."""
+        if self.problem is not None:
+            raise self.problem
+        cls = self.namespace.get(self.node.name)
+        self._verify(cls, self.node)
+        self.check()
+        return cls
+
+    def check(self):
+        """Raise EnvClassError if a guarded class, the base class or its module changed."""
+        for cls, snapshot in self.guarded.items():
+            now = self._snapshot(cls, behaviour_only=True)
+            if not _same(snapshot, now):
+                raise EnvClassError(f"{_name_of(cls)} changed after its class statement: "
+                                    f"{self._what_changed(snapshot, now)}")
+        base, base_globals = self.base_snapshot
+        if not _same(base, self._snapshot(self.base)):
+            raise EnvClassError("ToolUseBaseEnv changed: "
+                                f"{self._what_changed(base, self._snapshot(self.base))}")
+        now = dict(self.base_globals)
+        if len(now) != len(base_globals) or any(now.get(k, now) is not v
+                                                for k, v in base_globals.items()):
+            raise EnvClassError("the module of ToolUseBaseEnv was changed")
+
+    @staticmethod
+    def _what_changed(before, after):
+        for key in sorted({*before, *after}):
+            if key not in after:
+                return f"{key} was removed"
+            if key not in before:
+                return f"{key} was added"
+            if not _same({key: before[key]}, {key: after[key]}):
+                return f"{key} was replaced"
+        return "it was changed"
