@@ -295,7 +295,7 @@ def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: 
     if python and os.path.realpath(python) != os.path.realpath(sys.executable):
         for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # ours would mix two installs
             env.pop(name, None)
-    die_with_us = _pdeathsig()
+    die_with_us = pdeathsig()
     out = open(log, "a") if log else None
     try:
         # without a log, onto file descriptor 2 itself (sys.stderr may be a Python stream)
@@ -357,12 +357,12 @@ def _log_hint(log: Path | None, chars: int = 3000) -> str:
     return f"; log {log}, last lines: " + " | ".join(lines)
 
 
-def _pdeathsig():
-    """A preexec function that asks the kernel to SIGTERM the child when the thread that
+def pdeathsig(sig: int = signal.SIGTERM):
+    """A preexec function that asks the kernel to send the child `sig` when the thread that
     started it dies; libc is resolved here, before the fork, so the child only makes the
     call. None where prctl does not exist (not Linux)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return lambda: prctl(PR_SET_PDEATHSIG, sig)

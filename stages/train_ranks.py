@@ -28,6 +28,7 @@ from pathlib import Path
 
 from stages import parallel, train_grpo
 from stages.backends import BackendUnavailable
+from stages.serve import pdeathsig  # also: a torchrun whose spade died stops its ranks
 
 
 class RanksFailed(BackendUnavailable):
@@ -105,7 +106,7 @@ def start(nproc: int, jobs: Path, log=None) -> subprocess.Popen:
                              f"--nproc-per-node={nproc}", "-m", "stages.train_ranks", "--serve",
                              str(jobs)], stdout=log or sys.stderr, stderr=log,
                             env=rank_environment(nproc),
-                            start_new_session=True, preexec_fn=_die_with_parent_by(signal.SIGTERM))
+                            start_new_session=True, preexec_fn=pdeathsig(signal.SIGTERM))
 
 
 def stop(ranks: subprocess.Popen, jobs: Path, grace: float = 30.0) -> None:
@@ -121,7 +122,11 @@ def stop(ranks: subprocess.Popen, jobs: Path, grace: float = 30.0) -> None:
 
 def serve(jobs: Path) -> int:
     """Every rank: run job after job, in order, until `jobs/stop` appears."""
-    _die_with_parent_by(signal.SIGKILL)()
+    # torchrun starts its workers in sessions of their own: without this, a rank whose
+    # torchrun was killed would live on and take the next job alone
+    die_with_torchrun = pdeathsig(signal.SIGKILL)
+    if die_with_torchrun:
+        die_with_torchrun()
     layout = parallel.from_environment()
     resident = train_grpo.Resident()
     if layout.main:
@@ -135,17 +140,6 @@ def serve(jobs: Path) -> int:
                 return 0
             time.sleep(POLL)
         _train(spec, spec.with_suffix(OUTCOME), layout, resident)
-
-
-def _die_with_parent_by(sig: int):
-    """A function that makes this process get `sig` when its parent (thread) ends: torchrun
-    starts its workers in sessions of their own, so without it a rank whose torchrun was
-    killed would live on and take the next job alone (SIGKILL), and a torchrun whose spade
-    was killed would keep its ranks (SIGTERM: torchrun stops them)."""
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 def submit(jobs: Path, records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
