@@ -8,7 +8,10 @@ then lists every seed the checks played.
 Guarantees: static checks never execute the code; every runtime check talks to the env only
 through jailed `Worker`s; `solution()` runs in a worker of its own, never in the one whose plays
 check it (rollouts never call it, so nothing it does may help a play); a timeout, memory or
-output outcome anywhere is reported by the `resources` check, whatever check was running.
+output outcome anywhere is reported by the `resources` check, whatever check was running, and
+an attempt at what the jail refuses (a signal to another process, a new process, a socket other
+than AF_UNIX, ctypes: sandbox/worker.py `refusals`) by the `policy` check, naming it, whether
+or not the attempt could have done anything.
 
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
 resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.
@@ -46,7 +49,7 @@ from sandbox import env_class, reference_tool_base, tool_base
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
 CHECKS = ("extract", "parse", "structure", "load", "reset", "determinism", "garbage",
-          "step_types", "oracle", "trivial", "resources", "reset_gate")
+          "step_types", "oracle", "trivial", "resources", "reset_gate", "policy")
 # Any stdlib module may be imported: the jail, not this list, is the security boundary. These
 # are refused only because they cannot work in the jail or make no sense in an env.
 NO_NETWORK = "the jail has no network"
@@ -273,6 +276,9 @@ class Probe:
         if reply.outcome in ("timeout", "oom", "output_limit"):
             raise ContractError("resources", f"{reply.outcome} during {self.check} "
                                 f"({op}): {(reply.error or {}).get('msg', '')}", reply.outcome)
+        if not reply.ok and (reply.error or {}).get("type") == "RefusedOperation":
+            raise ContractError("policy", f"during {self.check} ({op}), the env tried "
+                                f"{reply.error.get('msg', '')}", reply.outcome)
         if not reply.ok and (reply.error or {}).get("type") == "bad_reply":  # sandbox/replies.py
             raise ContractError("step_types" if op == "step" else self.check, reply.error["msg"],
                                 reply.outcome)

@@ -277,8 +277,10 @@ class Guard:
 
     `Guard(tree, code, namespace, base)` is made before the module runs (`base` is the class the
     worker injects as ToolUseBaseEnv); `loaded()` after, returning the env class or raising
-    EnvClassError (no env class, several, or one that is not its statement's); `check()` after
-    every request, raising EnvClassError when a class it guards changed since."""
+    EnvClassError (no env class, several, or one that is not its statement's); `check(env)`
+    after every request, raising EnvClassError when a class it guards changed since, or when
+    the env instance hides a method of its class behind an attribute of its own
+    (`self.step = ...` in setup or reset)."""
 
     def __init__(self, tree, code, namespace, base):
         try:  # reported after the module runs, so its own errors come first, as they always did
@@ -356,8 +358,11 @@ class Guard:
         self.check()
         return cls
 
-    def check(self):
-        """Raise EnvClassError if a guarded class, the base class or its module changed."""
+    def check(self, env=None):
+        """Raise EnvClassError if a guarded class, the base class or its module changed, or if
+        `env` has an attribute of its own that hides a method of its class."""
+        if env is not None:
+            self._check_instance(env)
         for cls, snapshot in self.guarded.items():
             now = self._snapshot(cls, behaviour_only=True)
             if not _same(snapshot, now):
@@ -371,6 +376,27 @@ class Guard:
         if len(now) != len(base_globals) or any(now.get(k, now) is not v
                                                 for k, v in base_globals.items()):
             raise EnvClassError("the module of ToolUseBaseEnv was changed")
+
+    @staticmethod
+    def _check_instance(env):
+        """No attribute of the instance itself shadows behaviour its class (or a base) defines:
+        what is played is the class's method, not a function the env stored in its place."""
+        try:
+            own = object.__getattribute__(env, "__dict__")
+        except AttributeError:  # __slots__: nothing of its own can shadow a method
+            return
+        if type(own) is not dict:
+            raise EnvClassError("the env instance's __dict__ is not a dict")
+        classes = _mro(type(env))[:-1]  # object's own slots are no env behaviour
+        for key in list(own):
+            if type(key) is not str:
+                continue
+            for cls in classes:
+                namespace = _vars(cls)
+                if key in namespace and _acts(namespace[key]):
+                    raise EnvClassError(
+                        f"{_name_of(type(env))}.{key} is hidden by an attribute of the instance "
+                        f"(self.{key} = ...): define the method in the class body instead")
 
     @staticmethod
     def _what_changed(before, after):

@@ -98,12 +98,15 @@ class Limits:
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How workers are jailed. `mode` is "nsjail" (default) or "none" (no isolation)."""
+    """How workers are jailed. `mode` is "nsjail" (default) or "none" (no isolation).
+    `name_refusals`: the worker's audit hook names what the jail refuses (sandbox/worker.py);
+    off only to test the jail's own boundary without it in front."""
 
     mode: str = "nsjail"
     limits: Limits = field(default_factory=Limits)
     nsjail: str | None = None
     python: str | None = None
+    name_refusals: bool = True
 
 
 # -- locating what the jail needs --------------------------------------------------------------
@@ -232,8 +235,13 @@ JAIL_ENV = {"HOME": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1
             "PYTHONIOENCODING": "utf-8", "LANG": "C.UTF-8"}
 
 
+def worker_env(sandbox: Sandbox) -> dict[str, str]:
+    """The environment the worker starts with."""
+    return {**JAIL_ENV, "SPADE_NAME_REFUSALS": "1" if sandbox.name_refusals else "0"}
+
+
 def nsjail_argv(nsjail: str, python: str, worker_dir: str, limits: Limits, log_path: str,
-                cgroups: dict[str, bool]) -> list[str]:
+                cgroups: dict[str, bool], env: dict[str, str] = JAIL_ENV) -> list[str]:
     argv = [nsjail, "-Mo", "--log", log_path, "--time_limit", str(limits.lifetime),
             "--rlimit_as", str(limits.memory_mb + 256), "--rlimit_cpu", str(limits.cpu_seconds),
             "--rlimit_fsize", str(limits.fsize_mb), "--rlimit_nofile", str(limits.nofile),
@@ -250,7 +258,7 @@ def nsjail_argv(nsjail: str, python: str, worker_dir: str, limits: Limits, log_p
         argv += ["--cgroup_mem_max", str(limits.memory_mb * 1024 * 1024)]
     if cgroups.get("pids"):
         argv += ["--cgroup_pids_max", str(limits.pids)]
-    for key, value in JAIL_ENV.items():
+    for key, value in env.items():
         argv += ["-E", f"{key}={value}"]
     return argv + ["--", python, *PYTHON_FLAGS, "/spade/worker.py"]
 
@@ -470,22 +478,25 @@ class Worker:
                 _warned_none = True
             python = self.sandbox.python or locate_python("none")
             worker = os.path.join(os.path.dirname(__file__), "worker.py")
-            env = {**JAIL_ENV, "HOME": self._scratch.name, "PATH": "/usr/bin:/bin"}
+            env = {**worker_env(self.sandbox), "HOME": self._scratch.name, "PATH": "/usr/bin:/bin"}
             return [python, *PYTHON_FLAGS, worker], _rlimits_for_none_mode(limits), env
         if self.sandbox.mode != "nsjail":
             raise SandboxUnavailable(f"unknown sandbox mode {self.sandbox.mode!r}")
         nsjail = self.sandbox.nsjail or locate_nsjail()
         python = self.sandbox.python or locate_python("nsjail")
         argv = nsjail_argv(nsjail, python, staged_worker_dir(), limits, self._log_path,
-                           cgroup_controllers())
+                           cgroup_controllers(), worker_env(self.sandbox))
         return argv, None, {}
 
-    def call(self, op: str, **fields: Any) -> Reply:
-        """Send one request and wait for its reply, at most `call_timeout` seconds."""
+    def call(self, op: str, within: float | None = None, **fields: Any) -> Reply:
+        """Send one request and wait for its reply, at most `call_timeout` seconds, or
+        `within` seconds where that is shorter (what is left of a play's env budget)."""
         if self.dead is not None:
             return self.dead
         assert self.proc is not None, "start() the worker first"
-        deadline = time.monotonic() + self.limits.call_timeout
+        self._limit = self.limits.call_timeout if within is None else max(
+            0.0, min(within, self.limits.call_timeout))
+        deadline = time.monotonic() + self._limit
         self._request_id += 1
         request = {"op": op, "id": self._request_id, **fields}
         failed = self._send(json.dumps(request).encode() + b"\n", deadline)
@@ -510,7 +521,7 @@ class Worker:
 
     def _timed_out(self) -> Reply:
         return self._finish(Reply("timeout", error={
-            "type": "timeout", "msg": f"no reply within {self.limits.call_timeout:g}s"}))
+            "type": "timeout", "msg": f"no reply within {self._limit:g}s"}))
 
     def _send(self, data: bytes, deadline: float) -> Reply | None:
         """Write a request without ever blocking past the deadline (a stuck worker stops

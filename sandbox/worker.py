@@ -17,6 +17,16 @@ The env class is the one the static checks read (sandbox/env_class.py: exactly o
 functions that statement's code, its bases the ones named, the injected base class and its
 module unchanged (`Guard`, checked after the module runs and after every request; a change
 is an `EnvClassError` for that request and every later one).
+What the jail refuses, the worker also names: an audit hook (`refusals`, installed before any
+env code runs) stops and records the first attempt to signal another process or process group,
+to create a process (fork, spawn, exec, system, subprocess), to open a socket other than AF_UNIX,
+to reach C functions through ctypes (how unshare, setns, mount or ptrace would be called on this
+Python) or, on a Python that has them, os.unshare and os.setns. From then on every request
+answers `RefusedOperation` naming it, so validation rejects the env (check `policy`) whether or
+not the jail would have let the attempt do anything. What it misses: attempts that raise no
+audit event (a C extension's own calls, `_posixsubprocess.fork_exec` called directly), and an
+env that finds the hook's record through gc and empties it before it is read; the jail still
+refuses those calls (seccomp, namespaces), it only does not name them.
 Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json or os), the
 replies are written by functions and descriptors this worker took before any env code ran; the
 env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
@@ -35,8 +45,8 @@ import sys
 import traceback
 from _ast import PyCF_ONLY_AST
 # Module globals shadow builtins: an env that patches builtins.isinstance & co. misses these.
-from builtins import (BaseException, MemoryError, StopIteration, SyntaxError, ValueError,
-                      callable, getattr, isinstance, issubclass, len, repr, str, type)
+from builtins import (BaseException, MemoryError, PermissionError, StopIteration, SyntaxError,
+                      ValueError, callable, getattr, isinstance, issubclass, len, repr, str, type)
 
 MAX_TRACE = 2000
 MAX_DEPTH = 20  # deeper values are sent as their repr
@@ -50,6 +60,52 @@ _write = os.write
 _str, _int_of, _float_of = str.__str__, int.__int__, float.__float__
 _list_items, _tuple_items, _dict_items = list.__iter__, tuple.__iter__, dict.items
 _type_name = type.__dict__["__name__"].__get__  # a metaclass cannot override this one
+
+
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
+                            "os.system", "os.startfile", "subprocess.Popen"})
+NAMESPACE_EVENTS = frozenset({"os.unshare", "os.setns"})  # Python 3.12 and later
+AF_UNIX = 1
+
+
+class RefusedOperation(Exception):
+    """The env tried what the jail refuses; its reply to every request from then on."""
+
+
+def refused(event, args, own_pid):
+    """What an audit event tries that the jail refuses, in words, or None."""
+    if event == "os.kill":
+        pid, sig = args
+        return None if pid == own_pid else f"os.kill(pid={pid}, sig={sig}): a signal to another process"
+    if event == "os.killpg":
+        return f"os.killpg(pgid={args[0]}, sig={args[1]}): a signal to a process group"
+    if event in PROCESS_EVENTS:
+        return f"{event}: creating a process"
+    if event in NAMESPACE_EVENTS:
+        return f"{event}: entering or making a namespace"
+    if event == "socket.__new__" and args[1] != AF_UNIX:
+        return f"socket(family={args[1]}): a socket other than AF_UNIX"
+    if event.startswith("ctypes."):
+        symbol = args[1] if event == "ctypes.dlsym" and len(args) > 1 else None
+        return (f"{event}({safe_text(symbol, repr, 60)})" if symbol is not None else event) \
+            + ": calling C functions directly"
+    return None
+
+
+def refusals():
+    """Install the audit hook; the list it records refused attempts in (first one first)."""
+    found = []
+    own_pid = os.getpid()
+
+    def hook(event, args, found=found, own_pid=own_pid, refused=refused):
+        what = refused(event, args, own_pid)
+        if what is not None:
+            if not found:
+                found.append(what)
+            raise PermissionError(f"refused by spade: {what}")
+
+    sys.addaudithook(hook)
+    return found
 
 
 def open_protocol():
@@ -136,6 +192,7 @@ class Session:
         self.reference_solution = private["solution_actions"]
         self.Guard = self._module("env_class.py")["Guard"]
         self.guard = None
+        self.refused = []  # what the env tried that the jail refuses (`refusals`)
         self.reference = False  # whether the loaded env targets the reference's tool-use API
         self.cls, self.fresh_episodes = None, False
 
@@ -175,9 +232,13 @@ class Session:
         return namespace
 
     def handle(self, request):
-        result = self._handle(request)
+        try:
+            result = self._handle(request)
+        finally:
+            if self.refused:  # named whatever the env made of the attempt, and every time
+                raise RefusedOperation(self.refused[0])
         if self.guard is not None and request.get("op") != "close":
-            self.guard.check()  # an env that changed its class while playing plays no more
+            self.guard.check(self.env)  # an env that changed its class while playing plays no more
         return result
 
     def _handle(self, request):
@@ -252,6 +313,8 @@ def encoded(answer):
 def main():
     requests, replies = open_protocol()
     session = Session(os.path.dirname(os.path.abspath(__file__)))
+    if os.environ.get("SPADE_NAME_REFUSALS") != "0":  # off only in tests of the jail itself
+        session.refused = refusals()  # after the worker's own set-up, before any env code
     for line in requests:
         try:
             request = _scan(line.decode("utf-8"), 0)[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
@@ -28,6 +30,13 @@ def hint(
     context_length: ContextLength = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
+    attempts: Annotated[int, typer.Option(
+        min=1, help="Hints written per env while its hint leaks: wins most validation seeds "
+                    "when the actions it names are played in order, with no model.")] = 3,
+    sandbox: Annotated[str, typer.Option(help="Where the leak check plays: nsjail, or none "
+                                              "(NOT a security boundary).")] = "nsjail",
+    turn_timeout: Annotated[float, typer.Option(help="Seconds one env step of the leak check "
+                                                     "may take.")] = 10.0,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
     device: Device = None,
@@ -43,18 +52,24 @@ def hint(
         spade hint runs/q/r00/validate-a0 -m runs/q/model -o runs/q/r00/hint
         spade validate my_env.py | spade hint -m runs/q/model > hinted.jsonl
     """
-    from spade_cli.errors import errors_to_exit
+    from sandbox.jail import Limits, Sandbox
+    from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.inputs import find_inputs
     from spade_cli.options import StageBackend
     from spade_cli.progress import Progress
     from spade_cli.summary import summarize
     from stages import hint as stage
+    from stages import leaks
     from stages.backends import Sampling
     from stages.shards import Stats, run_stage
 
     with errors_to_exit("hint"):
+        if sandbox not in ("nsjail", "none"):
+            raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
-        cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
+        cfg = stage.Config(prompts_dir=prompts, attempts=attempts,
+                           sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
+                           sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
             enable_thinking=enable_thinking))
         shards = find_inputs("hint", inputs, {"env"}, "env records")
@@ -69,12 +84,20 @@ def hint(
                 progress.advance()
                 if "error" in env.meta["hint"]:
                     stats.reasons["internal_error"] += 1
+                verdict = env.meta["hint"].get("leak", {})
+                if verdict.get("attempts", 1) > 1:
+                    stats.extra["rewritten"] = stats.extra.get("rewritten", 0) + 1
+                if leaks.leaking(env):
+                    stats.extra["leaks"] = stats.extra.get("leaks", 0) + 1
                 yield env
 
         config = {"backend": backend, "model": model, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
-                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts}
+                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
+                  "attempts": attempts, "sandbox": sandbox, "turn_timeout": turn_timeout}
         with progress, model_backend:
             run_stage("hint", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
-        summarize("hint", stats, f"{stats.written['env']} envs hinted")
+        summarize("hint", stats, f"{stats.written['env']} envs hinted, "
+                  f"{stats.extra.get('rewritten', 0)} hints rewritten for leaking, "
+                  f"{stats.extra.get('leaks', 0)} still leak")

@@ -56,7 +56,7 @@ COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "t
 WIRED = {"design": {"round", "every", "model", "out", "retry", "memory"},
          "validate": {"out", "allow-all-rejected"}, "audit": {"designs", "model", "out"},
          "hint": {"model", "out"},
-         "rollout": {"round", "model", "out", "hint"},
+         "rollout": {"round", "model", "out", "hint", "blacklist-from"},
          "score-regret": {"round", "window", "out", "memory", "memory-out"},
          "train-grpo": {"round", "model", "out", "ckpt-dir", "trainer"},
          "eval": {"round", "model", "out"}}
@@ -401,7 +401,7 @@ class Loop:
                    for check in self.checks]
         accepted = [self.dir(start, f"{self.checks[-1]}-a{a}") for a in range(self.attempts)]
         envs = self.env_set(round, start, model, accepted, first)
-        self.rollouts(round, model, envs, first)
+        self.rollouts(round, start, model, envs, first)
         self.score(round, start, envs, checked)
         model = self.train(round, start, model)
         self.evaluate(round, model)
@@ -452,7 +452,7 @@ class Loop:
                       "hint")
         return envs
 
-    def rollouts(self, round: int, model: str, envs: list[str], first: bool) -> None:
+    def rollouts(self, round: int, start: int, model: str, envs: list[str], first: bool) -> None:
         if not any(self.produced(e, "env") for e in envs):
             return
         for hinted in (True, False):
@@ -460,9 +460,17 @@ class Loop:
             if stage and (first or not hinted):
                 out = self.dir(round, "rollout-hint" if hinted else "rollout")
                 wired = ["--hint" if hinted else "--no-hint", "--round", str(round),
-                         *self.engine(model), "-o", out]
+                         *self.engine(model), "-o", out, *self.stalled_in(round, start, hinted)]
                 self.call(self.argv(stage, round, wired, envs),
                           f"rollout {'with' if hinted else 'without'} hint")
+
+    def stalled_in(self, round: int, start: int, hinted: bool) -> list[str]:
+        """`--blacklist-from` the set's plays so far, so that an env which ran out the clock
+        in one of them is not played again for the rest of its set."""
+        earlier = ([] if hinted else [self.dir(start, "rollout-hint")]) + [
+            self.dir(r, "rollout") for r in range(start, round)]
+        return [arg for path in earlier if self.produced(path, "rollout")
+                for arg in ("--blacklist-from", path)]
 
     def score(self, round: int, start: int, envs: list[str], checked: list[str]) -> None:
         score = self.recipe.stage("score-regret")

@@ -38,6 +38,15 @@ def rollout(
     turn_timeout: Annotated[float, typer.Option(help="Seconds one env step may take.")] = 10.0,
     episode_timeout: Annotated[float, typer.Option(help="Wall-clock seconds per play, "
                                                         "generation included.")] = 600.0,
+    env_budget: Annotated[float, typer.Option(
+        min=0.001, help="Seconds of env time per play (load, reset and every step together); "
+                        "past it the play ends with outcome env_budget.")] = 10.0,
+    blacklist_after: Annotated[int, typer.Option(
+        min=1, help="Plays that ran out the clock (timeout, env_budget) before an env is not "
+                    "played again: its remaining plays are recorded as blacklisted.")] = 1,
+    blacklist_from: Annotated[list[str], typer.Option(
+        help="Rollout shards of earlier rounds of these envs (repeatable): envs that ran out "
+             "the clock there are not played again.")] = [],
     max_observation_chars: Annotated[int, typer.Option(
         min=1, help="Cut each observation and tool result to this many characters (the cut "
                     "is marked).")] = 8192,
@@ -94,6 +103,7 @@ def rollout(
         cfg = stage.Config(plays=plays, hint=hint, concurrency=concurrency, barrier=barrier,
                            max_turns=max_turns,
                            round=round, seed=seed, episode_timeout=episode_timeout,
+                           env_budget=env_budget, blacklist_after=blacklist_after,
                            max_observation_chars=max_observation_chars,
                            prompts_dir=prompts,
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
@@ -108,6 +118,9 @@ def rollout(
             chosen = stage.envs_for_round(
                 (r.id for r in read([s.path for s in shards], kinds={"env"})), envs_per_round,
                 round, seed)
+        blacklist = stage.Blacklist(blacklist_after, read(
+            [s.path for s in find_inputs("rollout", blacklist_from, {"rollout"}, "rollout records")],
+            kinds={"rollout"}) if blacklist_from else ())
         jails = open_jail_executor(executor, address, concurrency)
         stats = Stats()
         progress = Progress("rollout", "plays")
@@ -121,7 +134,7 @@ def rollout(
                 yield from play(envs, model_backend.get(), pool)
 
         def play(envs, backend, pool):
-            for record in stage.run(envs, backend, cfg, pool):
+            for record in stage.run(envs, backend, cfg, pool, blacklist):
                 if record.outcome != "ok":
                     stats.reasons[record.outcome] += 1
                 stats.extra["wins"] = stats.extra.get("wins", 0) + (record.reward > 0)
@@ -131,6 +144,7 @@ def rollout(
 
         config = {k: v for k, v in locals().items()
                   if k in ("hint", "plays", "max_turns", "turn_timeout", "episode_timeout",
+                           "env_budget", "blacklist_after",
                            "max_observation_chars",
                            "round", "backend", "model", "temperature", "top_p", "top_k",
                            "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",

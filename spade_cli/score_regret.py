@@ -30,6 +30,10 @@ def score_regret(
              "to the designer's raw reward (the reference's tool-use 4B run).")] = False,
     band: Annotated[tuple[float, float], typer.Option(metavar="LOW HIGH", help="Win band where plateau is 1.")] = (0.4, 0.6),
     ramp: Annotated[tuple[float, float], typer.Option(metavar="LOW HIGH", help="Wins where plateau reaches 0.")] = (0.15, 0.85),
+    chance_adjusted: Annotated[bool, typer.Option(
+        "--chance-adjusted", help="Score the plateau on the win above the env's chance level "
+                                  "(its blind win rate, from validation): (win - chance) / "
+                                  "(1 - chance). An ablation: the paper scores the win itself.")] = False,
     invalid_penalty: Annotated[float, typer.Option(help="Designer reward of an env whose "
                                                         "plays mostly broke.")] = 0.0,
     reject_penalty: Annotated[float | None, typer.Option(
@@ -70,7 +74,7 @@ def score_regret(
             raise UsageError(f"--variant must be one of {', '.join(VARIANTS)}")
         rewards = RewardConfig(variant=variant, regret_scale=regret_scale,
                                regret_weight=regret_weight, plateau_weight=plateau_weight,
-                               variance_term=variance_term,
+                               variance_term=variance_term, chance_adjusted=chance_adjusted,
                                band_low=band[0], band_high=band[1], ramp_low=ramp[0],
                                ramp_high=ramp[1], invalid_penalty=invalid_penalty,
                                reject_penalty=reject_penalty,
@@ -94,7 +98,9 @@ def score_regret(
             envs = {r.id: r for r in records if isinstance(r, Env)}
             existing = list(read([memory], kinds={"memory"})) \
                 if memory and os.path.exists(memory) else []
-            updated = store.update(existing, envs, [r for r in regrets if r.env_id], memory_cap)
+            # an env whose hint leaks is no example to follow: its regret is the leak's
+            updated = store.update(existing, envs, [r for r in regrets
+                                                    if r.env_id and not r.hint_leaks], memory_cap)
             target = Path(memory_out or memory)
             target.parent.mkdir(parents=True, exist_ok=True)  # the run's first memory write
             write_atomic(target, encode(updated))
@@ -102,5 +108,6 @@ def score_regret(
         summarize("score-regret", stats,
                   f"{len(regrets)} envs scored, mean win {d.mean_win:.2f}, learnable "
                   f"{d.learnable_share:.0%}, regret mean {d.regret_mean:+.3f}, flat groups "
-                  f"{d.zero_variance_share:.0%}, invalid {d.invalid}")
+                  f"{d.zero_variance_share:.0%}, invalid {d.invalid}, hint leaks {d.hint_leaks}, "
+                  f"at chance {d.at_chance}")
 

@@ -8,15 +8,21 @@ returns lone surrogates gets U+FFFD); an empty hint stays None, so score-regret 
 as having no hinted plays. An env whose hinted record cannot be built or written (a case spade
 does not handle yet) keeps hint None, with `meta.hint.error` saying why (stages/isolation.py);
 the other envs of its chunk are hinted as usual.
+Every hint is then played without a model (stages/leaks.py): a hint whose own words win most
+of the env's validation seeds gives the answer away, and is written again (a new sampling seed)
+up to `attempts` times in all; `meta.hint.leak` records the last verdict and the attempts it
+took, and an env whose hint still leaks earns its designer nothing (stages/score_regret.py).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from stages import prompts
+from sandbox.jail import Sandbox
+from stages import leaks, prompts
 from stages.backends import Backend, Completion, Sampling
 from stages.isolation import isolated, valid_text
 from stages.records import Env, Failure
@@ -30,6 +36,9 @@ class Config:
     max_chars: int = 1000
     chunk: int = 64
     sampling: Sampling = Sampling(temperature=0.3, max_tokens=1024)
+    attempts: int = 3  # hints written per env while they leak
+    workers: int = 2  # leak checks at once (one jail each)
+    sandbox: Sandbox = field(default_factory=Sandbox)
 
 
 def clean(text: str, max_chars: int) -> str | None:
@@ -50,14 +59,43 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
 
 
 def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
-    if not envs:
-        return
+    """Hint every env of the chunk, writing again those whose hint leaks."""
+    hinted: dict[int, Env] = {}
+    pending = list(range(len(envs)))
+    with ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="leak") as threads:
+        for attempt in range(cfg.attempts):
+            written = _write(envs, pending, attempt, backend, cfg)
+            for index, env in zip(pending, threads.map(lambda e: _checked(e, attempt, cfg),
+                                                       written)):
+                hinted[index] = env
+            pending = [index for index in pending if leaks.leaking(hinted[index])]
+            if not pending:
+                break
+    yield from (hinted[index] for index in range(len(envs)))
+
+
+def _write(envs: list[Env], chosen: list[int], attempt: int, backend: Backend,
+           cfg: Config) -> list[Env]:
+    """One batched call hinting the chosen envs; a retry samples from a seed of its own."""
+    if not chosen:
+        return []
     conversations = [[{"role": "user", "content": prompts.render(
-        f"hint_{env.domain}", cfg.prompts_dir, source=env.source)}] for env in envs]
-    sampling = cfg.sampling.per_item(*(env.id for env in envs))
-    for env, done in zip(envs, backend.chat(conversations, sampling)):
-        yield isolated(f"hint: env {env.id}", lambda: _hinted(env, done, backend.policy, cfg),
-                       lambda failure: _unhinted(env, failure, backend.policy))
+        f"hint_{envs[i].domain}", cfg.prompts_dir, source=envs[i].source)}] for i in chosen]
+    sampling = cfg.sampling.per_item(*(envs[i].id if attempt == 0 else f"{envs[i].id}:{attempt}"
+                                       for i in chosen))
+    return [isolated(f"hint: env {envs[i].id}", lambda: _hinted(envs[i], done, backend.policy, cfg),
+                     lambda failure: _unhinted(envs[i], failure, backend.policy))
+            for i, done in zip(chosen, backend.chat(conversations, sampling))]
+
+
+def _checked(env: Env, attempt: int, cfg: Config) -> Env:
+    """The env with its hint's leak verdict in `meta.hint.leak` (none without a hint)."""
+    if env.hint is None:
+        return env
+    verdict = isolated(f"hint: leak check of env {env.id}", lambda: leaks.check(env, cfg.sandbox),
+                       lambda failure: {"leaks": False, "error": failure.msg})
+    hint_meta = {**env.meta["hint"], "leak": {**verdict, "attempts": attempt + 1}}
+    return env.model_copy(update={"meta": {**env.meta, "hint": hint_meta}})
 
 
 def _hinted(env: Env, done: Completion, policy: str, cfg: Config) -> Env:

@@ -207,6 +207,9 @@ class Regret(Record):
     designer_reward: Number = 0.0
     designer_advantage: Number = 0.0
     broken: bool = False
+    hint_leaks: bool = False  # the hint gives the answer away: no designer reward
+    chance: Number | None = None  # the env's blind win rate (validation), None if unknown
+    at_chance: bool = False  # the no-hint win is within noise of chance: luck, not skill
     rejected_by: str | None = None
 
 

@@ -11,6 +11,9 @@ advantage, the agent's advantages. Guarantees: never NaN or inf; every constant 
   "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - mu(skill)|
   with mu <- (1 - gamma) * mu + gamma * (the skill's mean reward), updated with the current
   window before scoring (reference: learning_potential.py, delayed_env_rewards.py)
+- with `chance_adjusted`, plateau scores the win above chance instead of the win:
+  (win - chance) / (1 - chance), chance being the env's blind win rate (stages/trivial.py), so
+  a coin flip's 0.5 earns what a no-win earns (an ablation; the paper scores the win itself)
 - with `variance_term`, any variant adds exp(-(var(window rewards) - 0.25)^2 / 0.02), the
   reference's solver-variance reward (spade/core/utils/rewards.py:11-13)
 - designer advantage = (raw - mean raw of the same skill in the batch) * scale, scale capped
@@ -40,6 +43,7 @@ class RewardConfig:
     failed_play_reward: float = -1.0  # win counts a play the env broke as this (reference)
     ema_gamma: float = 0.85  # learning potential: weight of the newest skill mean (gamma_slow)
     variance_term: bool = False  # add the solver-variance term to the raw reward
+    chance_adjusted: bool = False  # plateau of the win above chance (not the paper's)
     invalid_penalty: float = 0.0  # designer raw reward for envs whose plays mostly broke
     reject_penalty: float | None = None  # None: rejected designs are discarded, never trained
     scale_cap: float = 50.0
@@ -73,15 +77,27 @@ def plateau(win: float, cfg: RewardConfig) -> float:
     return clip((cfg.ramp_high - win) / (cfg.ramp_high - cfg.band_high), 0.0, 1.0)
 
 
+def above_chance(win: float, chance: float) -> float:
+    """The win rescaled so that chance level is 0 and a sure win 1 (below chance: negative)."""
+    return (win - chance) / (1 - chance) if chance < 1 else 0.0
+
+
+def plateau_win(win: float, chance: float | None, cfg: RewardConfig) -> float:
+    """The win that plateau scores: the win itself, or with `chance_adjusted` the win above
+    the env's chance level (where it has one)."""
+    return above_chance(win, chance) if cfg.chance_adjusted and chance is not None else win
+
+
 def designer_raw(win: float, regret_value: float, cfg: RewardConfig,
-                 skill_ema: float | None = None, plays: Sequence[float] = ()) -> float:
+                 skill_ema: float | None = None, plays: Sequence[float] = (),
+                 chance: float | None = None) -> float:
     """The variant's reward for one env; `plays` are the window's rewards (variance term)."""
     extra = variance_term(plays) if cfg.variance_term and len(plays) > 1 else 0.0
+    level = plateau(plateau_win(win, chance, cfg), cfg)
     if cfg.variant == "blend":
-        return (cfg.regret_weight * regret_n(regret_value, cfg)
-                + cfg.plateau_weight * plateau(win, cfg) + extra)
+        return cfg.regret_weight * regret_n(regret_value, cfg) + cfg.plateau_weight * level + extra
     if cfg.variant == "solve_rate":
-        return plateau(win, cfg) + extra
+        return level + extra
     if cfg.variant == "regret":
         return regret_n(regret_value, cfg) + extra
     if cfg.variant == "learning_potential":

@@ -14,6 +14,12 @@ Guarantees:
   without ending its turn truncates the episode;
 - the per-episode wall-clock budget (`episode_timeout`) bounds generation too: a play past it is
   truncated with outcome `episode_timeout` (the agent's time, not an env fault);
+- the env's own time is bounded per play: load, reset and every step together get `env_budget`
+  seconds (each call at most `call_timeout`), past which the play ends with outcome
+  `env_budget`; an env with `blacklist_after` plays that ran out the clock (`timeout`,
+  `env_budget`), in this stage or in the earlier rounds' plays given as `blacklist`, is not
+  played again: its remaining plays are recorded at once with outcome `blacklisted`, so one env
+  that stalls on what the agent sends costs a stage about one budget, not every play's turns;
 - every observation and tool result reaches the agent (and the record) cut to
   `max_observation_chars`, the cut marked; when the next prompt plus `max_tokens` would not fit
   the model's context, the play ends with outcome `context_limit` (the agent's failure, not an
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -54,6 +61,8 @@ MAX_TURNS_CAP = 25
 # One observation may take a third of them even at one character per token (random strings,
 # digits, symbols; English runs about 4 characters per token): 8192 characters.
 MAX_OBSERVATION_CHARS = 8192
+STALLED = ("timeout", "env_budget")  # the env ran out the clock: what a hostage env does
+BLACKLISTED = "blacklisted"
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class Config:
     round: int = 0
     seed: int = 0
     episode_timeout: float = 600.0
+    env_budget: float = 10.0  # env seconds per play; legitimate envs use milliseconds a step
+    blacklist_after: int = 1  # plays that ran out the clock before an env is not played again
     max_observation_chars: int = MAX_OBSERVATION_CHARS
     prompts_dir: str | None = None
     sandbox: Sandbox = field(default_factory=lambda: Sandbox(limits=Limits(call_timeout=10.0)))
@@ -87,6 +98,30 @@ def envs_for_round(env_ids: Iterable[str], per_round: int, round: int, seed: int
     passes, slot = divmod(round, len(order) // per_round)
     random.Random(derive_seed("pool", seed, passes)).shuffle(order)
     return set(order[slot * per_round:(slot + 1) * per_round])
+
+
+class Blacklist:
+    """Envs not to play again: those with `after` or more plays that ran out the clock.
+
+    Fed every finished play (earlier rounds' from their shards, then this stage's own)."""
+
+    def __init__(self, after: int = 1, plays: Iterable[Rollout] = ()):
+        self.after = after
+        self.stalled: Counter[str] = Counter()
+        self.blocked: set[str] = set()
+        for play in plays:
+            self.note(play)
+
+    def note(self, play: Rollout) -> None:
+        if play.outcome == BLACKLISTED:
+            self.blocked.add(play.env_id)
+        elif play.outcome in STALLED:
+            self.stalled[play.env_id] += 1
+            if self.stalled[play.env_id] >= self.after:
+                self.blocked.add(play.env_id)
+
+    def __contains__(self, env_id: str) -> bool:
+        return env_id in self.blocked
 
 
 def last_boxed(text: str) -> str | None:
@@ -117,8 +152,11 @@ def game_action(completion: str) -> str:
 class Episode:
     """One play: its worker, the conversation so far, and the turns recorded."""
 
-    def __init__(self, order: int, env: Env, play: int, cfg: Config, policy: str | None):
+    def __init__(self, order: int, env: Env, play: int, cfg: Config, policy: str | None,
+                 blacklist: Blacklist):
         self.order, self.env, self.play, self.cfg, self.policy = order, env, play, cfg, policy
+        self.blacklist = blacklist
+        self.env_seconds = 0.0
         self.seed = play_seed(env.id, cfg.hint, play, cfg.round, cfg.seed)
         self.max_turns = min(env.max_turns, cfg.max_turns, MAX_TURNS_CAP)
         self.messages: list[dict] = []
@@ -131,12 +169,14 @@ class Episode:
 
     # -- env side (runs in a thread of the env pool) ------------------------------------------
     def open(self, pool: WorkerPool) -> None:
+        if self.env.id in self.blacklist:
+            return self.skip()
         self.pool = pool
         self.worker = pool.take()
-        loaded = self.worker.call("load", source=self.env.source)
+        loaded = self.env_call("load", source=self.env.source)
         if not loaded.ok:
             return self.fail(loaded)
-        reset = self.worker.call("reset", seed=self.seed)
+        reset = self.env_call("reset", seed=self.seed)
         if not reset.ok:
             return self.fail(reset)
         # an ok reply has its op's types already (sandbox/replies.py): (str, dict) here
@@ -156,8 +196,10 @@ class Episode:
             self.truncated = True
             return self.finish("context_limit" if completion.finish_reason == "context_limit"
                                else "episode_timeout")
+        if self.env.id in self.blacklist:  # another play of this env ran out the clock
+            return self.skip()
         action = completion.text if self.env.domain == "tool_use" else game_action(completion.text)
-        reply = self.worker.call("step", action=action)
+        reply = self.env_call("step", action=action)
         turn = Turn(action=action, completion=completion.text, prompt_ids=completion.prompt_ids,
                     completion_ids=completion.completion_ids, logprobs=completion.logprobs,
                     finish_reason=completion.finish_reason)
@@ -189,6 +231,22 @@ class Episode:
         """This turn's own settings: a seed from (play, turn), whatever the schedule."""
         return replace(self.cfg.sampling, seed=derive_seed(self.seed, "turn", len(self.turns)),
                        seeds=(), deadlines=(self.deadline,))
+
+    def env_call(self, op: str, **fields) -> Reply:
+        """One call to the env, within what is left of the play's env budget."""
+        left = self.cfg.env_budget - self.env_seconds
+        started = time.monotonic()
+        reply = self.worker.call(op, within=left, **fields)
+        self.env_seconds += time.monotonic() - started
+        if reply.outcome == "timeout" and left < self.worker.limits.call_timeout:
+            return Reply("env_budget", error={"type": "env_budget", "msg": (
+                f"the env used its {self.cfg.env_budget:g}s budget for one play "
+                f"(load, reset and {len(self.turns)} steps)")})
+        return reply
+
+    def skip(self) -> None:
+        self.finish(BLACKLISTED, Failure(type=f"env.{BLACKLISTED}", msg=(
+            "not played: earlier plays of this env ran out the clock (timeout or env_budget)")))
 
     def fail(self, reply: Reply) -> None:
         if reply.outcome == "sandbox_failure":
@@ -238,17 +296,20 @@ def _isolated(episode: Episode, work: Callable[[], None]) -> None:
 
 
 def run(envs: Iterable[Env], backend: Backend, cfg: Config,
-        pool: WorkerPool | None = None) -> Iterator[Rollout]:
+        pool: WorkerPool | None = None, blacklist: Blacklist | None = None) -> Iterator[Rollout]:
     """Play every env `cfg.plays` times; yield rollouts in (env, play) order.
 
     Pass a `pool` started earlier (the CLI starts one while the model loads) to take jail
-    start-up off the critical path; otherwise one is started here."""
+    start-up off the critical path; otherwise one is started here. `blacklist` holds what
+    earlier rounds' plays of these envs showed (default: nothing yet)."""
     envs = list(envs)
+    if blacklist is None:
+        blacklist = Blacklist(cfg.blacklist_after)
     if pool is None:
         with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * cfg.plays) as own:
-            yield from run(envs, backend, cfg, own)
+            yield from run(envs, backend, cfg, own, blacklist)
         return
-    episodes = (Episode(order, env, play, cfg, backend.policy) for order, (env, play)
+    episodes = (Episode(order, env, play, cfg, backend.policy, blacklist) for order, (env, play)
                 in enumerate((env, play) for env in envs for play in range(cfg.plays)))
     schedule = turn_batched if cfg.barrier or not streams(backend) else streamed
     finished: dict[int, Rollout] = {}
@@ -256,6 +317,7 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config,
     with ThreadPoolExecutor(max_workers=max(1, min(cfg.concurrency, 16))) as threads:
         for episode in schedule(episodes, backend, cfg, pool, threads):
             finished[episode.order] = episode.result
+            blacklist.note(episode.result)
             while next_out in finished:
                 yield finished.pop(next_out)
                 next_out += 1

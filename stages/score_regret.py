@@ -10,7 +10,9 @@ Guarantees: pure (no I/O) and deterministic; matched timing: regret compares hin
 the no-hint plays of the round the hinted plays were made in; win is the mean reward of every
 no-hint play of the window [round - window + 1, round], a play the env broke (crash, hang,
 memory, output) counting -1 as in the reference; an env whose plays mostly broke earns the
-invalid penalty; rejected designs are discarded by default (the paper: they earn nothing), so
+invalid penalty, and so does an env whose hint gives its answer away (`meta.hint.leak`,
+stages/hint.py: its regret measures the leak, not learnability; `hint_leaks` on the record);
+rejected designs are discarded by default (the paper: they earn nothing), so
 they neither train nor move their skill's mean. A play spade could not record (outcome
 `internal_error`) counts as broken too, and an env whose regret record cannot be built or
 written (a case spade does not handle yet) gets a broken record with `ok: false` and an
@@ -19,17 +21,22 @@ written (a case spade does not handle yet) gets a broken record with `ok: false`
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Iterable
 
 from stages import rewards
+from stages.leaks import leaking
 from stages.isolation import INTERNAL, isolated
 from stages.records import Env, Failure, Record, Regret, Rollout, Validation
 from stages.rewards import RewardConfig
 
-ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure", INTERNAL)
+# what the env broke: a crash, a hang, its limits, its clock over a play (`env_budget`), or
+# plays not made because it had stalled before (`blacklisted`, stages/rollout.py)
+ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure",
+              "env_budget", "blacklisted", INTERNAL)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,8 @@ class Diagnostics:
     zero_variance_share: float = 0.0
     invalid: int = 0
     internal: int = 0
+    hint_leaks: int = 0
+    at_chance: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -99,18 +108,35 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
     regret = rewards.regret([p.reward for p in hinted], matched)
     skill = env.skill if env else ""
     broken = sum(p.outcome in ENV_FAULTS for p in plays) * 2 > len(plays)
-    raw = rc.invalid_penalty if broken else rewards.designer_raw(win, regret, rc,
-                                                                 skill_ema.get(skill),
-                                                                 window_rewards)
+    leaks = env is not None and leaking(env)
+    chance = recorded_chance(env)
+    raw = rc.invalid_penalty if broken or leaks else rewards.designer_raw(
+        win, regret, rc, skill_ema.get(skill), window_rewards, chance)
     design_id = env.parents[0] if env and env.parents else None
     return Regret(env_id=env_id, skill=skill, round=cfg.round,
                   hint_reward=rewards.mean_or([p.reward for p in hinted], None),
                   no_hint_reward=rewards.mean_or(matched, None), regret=regret, win=win,
                   designer_reward=raw, parents=[env_id] + ([design_id] if design_id else []),
                   policy=env.policy if env else None,
-                  regret_n=rewards.regret_n(regret, rc), plateau=rewards.plateau(win, rc),
+                  regret_n=rewards.regret_n(regret, rc),
+                  plateau=rewards.plateau(rewards.plateau_win(win, chance, rc), rc),
                   design_id=design_id, n_hint=len(hinted), n_no_hint=len(window),
-                  variant=rc.variant, broken=broken)
+                  variant=rc.variant, broken=broken, hint_leaks=leaks, chance=chance,
+                  at_chance=at_chance(win, chance, len(window)))
+
+
+def recorded_chance(env: Env | None) -> float | None:
+    """The env's chance level as validation recorded it (`meta.trivial.chance`)."""
+    value = ((env.meta if env else {}).get("trivial") or {}).get("chance")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def at_chance(win: float, chance: float | None, plays: int) -> bool:
+    """Whether a no-hint win over `plays` plays is within two binomial standard errors of a
+    chance level a blind player can reach (above 0): the band would pay luck."""
+    if chance is None or chance <= 0 or plays == 0:
+        return False
+    return abs(win - chance) <= 2 * math.sqrt(chance * (1 - chance) / plays)
 
 
 def _window(plays: list[Rollout], cfg: Config) -> list[Rollout]:
@@ -171,7 +197,8 @@ def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Con
     valid = [r for r in scored if r.env_id and not r.broken]
     internal = sum(1 for r in scored if r.error and r.error.type.startswith("internal."))
     if not valid:
-        return Diagnostics(invalid=len(scored), internal=internal)
+        return Diagnostics(invalid=len(scored), internal=internal,
+                           hint_leaks=sum(r.hint_leaks for r in scored))
     low, high = cfg.learnable_band
     regrets = sorted(r.regret for r in valid)
     quartiles = tuple(regrets[int(q * (len(regrets) - 1))] for q in (0.25, 0.5, 0.75))
@@ -184,4 +211,6 @@ def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Con
                        mean_win=fmean(r.win for r in valid), regret_mean=fmean(regrets),
                        regret_quartiles=quartiles,  # type: ignore[arg-type]
                        zero_variance_share=flat / len(groups) if groups else 0.0,
-                       invalid=len(scored) - len(valid), internal=internal)
+                       invalid=len(scored) - len(valid), internal=internal,
+                       hint_leaks=sum(r.hint_leaks for r in scored),
+                       at_chance=sum(r.at_chance for r in valid))

@@ -2,8 +2,8 @@
 
 In: an env that passed every runtime check (sandbox/contract.py `runtime_checks`, whose `trivial`
 plays doing nothing, cycled generic actions and other seeds' solutions), its source, facts and
-the seeds those checks played. Out: the per-policy tally for the validation record
-(`meta.trivial`), or `ContractError("trivial", ...)` naming the policy that wins, e.g.
+the seeds those checks played. Out: the per-policy tally and the env's chance level for the
+validation record (`meta.trivial`), or `ContractError("trivial", ...)` naming the policy that wins, e.g.
 `"I don't know" every turn wins 5 of 5 seeds`. Runs in the validate stage, after the contract's
 checks, so a play that times out here is still a `resources` reject and a bad step a `step_types`
 one.
@@ -44,6 +44,13 @@ both of one pair (-1 and +1, or -2% and +2%), since a two-sided neighbourhood of
 tolerance, while one side alone is a threshold game's (at least N); for the changed letter, on
 its own. An env whose answer is any number in a range and whose solution answers inside it is
 rejected by this rule: its solution should answer at an end of the range.
+
+Chance level, for an env that passes: the win rate of a blind player that knows every answer
+the env gives but not which one this seed hides, i.e. replays the solution of another seed
+chosen at random. Worked out exactly rather than sampled: on each seed, the share of the other
+seeds' solutions that win it, averaged over the seeds (`meta.trivial.chance`; None for an env
+without solution()). A coin flip's chance is about 0.5, a maze's about 0. score-regret carries it
+and `--chance-adjusted` pays the plateau on the win above it (stages/rewards.py).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from __future__ import annotations
 import ast
 import re
 import time
+from statistics import fmean
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal, localcontext
 from typing import Callable
@@ -244,6 +252,24 @@ class Plays:
         return False
 
 
+def chance_level(plays: Plays, solved: dict[int, Solved], max_turns: int) -> float | None:
+    """On each seed, the share of the other seeds' solutions that win it; their mean."""
+    seeds = [seed for seed in solved if solved[seed].actions]
+    if len(seeds) < 2:
+        return None
+    shares = []
+    for seed in seeds:
+        outcomes: dict[tuple[str, ...], bool] = {}  # one replay per distinct solution
+        for other in seeds:
+            actions = tuple(solved[other].actions[:max_turns])
+            if other != seed and actions not in outcomes:
+                outcomes[actions] = plays.episode(seed, lambda turn, obs, first, a=actions:
+                                                  a[min(turn, len(a) - 1)], len(actions))
+        shares.append(fmean(outcomes[tuple(solved[o].actions[:max_turns])]
+                            for o in seeds if o != seed))
+    return round(fmean(shares), 4)
+
+
 def majority(wins: int, total: int) -> bool:
     return 2 * wins > total
 
@@ -340,10 +366,11 @@ def check(sandbox: Sandbox, source: str, seeds: list[int], facts: EnvFacts) -> d
                 if exc.check != "trivial":
                     raise
                 raise TrivialError(exc, summary(tally, plays)) from None
-    return summary(tally, plays)
+            chance = chance_level(plays, solved, facts.max_turns) if facts.oracle else None
+    return summary(tally, plays, chance)
 
 
-def summary(tally: dict[str, list[int]], plays: Plays) -> dict:
+def summary(tally: dict[str, list[int]], plays: Plays, chance: float | None = None) -> dict:
     return {"policies": len(tally), "plays": plays.count, "steps": plays.steps,
-            "capped": plays.capped,
+            "capped": plays.capped, "chance": chance,
             "wins": {name: f"{won}/{played}" for name, (won, played) in tally.items() if won}}

@@ -30,7 +30,9 @@ one plays): what a model emits when it does not know (prose, refusals, "I don't 
 malformed boxes, echoed observations, one generic action or one string literal of the source
 repeated) and near misses of the solution's final answer. Its tally, on the same seeds, is the
 record's `meta.trivial` (accepted or rejected by it): `{"policies", "plays", "steps", "capped",
-"wins": {policy: "won/played"}}`, listing the policies that won any episode.
+"chance", "wins": {policy: "won/played"}}`, listing the policies that won any episode; `chance`
+is an accepted env's blind win rate (another seed's solution replayed; None for a reject or an
+env without solution()).
 """
 
 from __future__ import annotations

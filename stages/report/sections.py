@@ -119,6 +119,8 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
         rows.append([f"r{n:02d}", str(r.n if r else 0),
                      metric(num(r and r.mean), "regret_mean", n), num(r and r.std),
                      num(r and r.min), num(r and r.median), num(r and r.max), str(s["invalid"]),
+                     metric(f'{s["hint_leaks"]}/{s["envs"]}', "hint_leaks", n),
+                     metric(str(s["at_chance"]), "at_chance", n),
                      str(d.n if d else 0), metric(num(d and d.mean), "designer_reward_mean", n),
                      num(d and d.std), num(d and d.min), num(d and d.max)])
     drawn, words = [], []
@@ -135,11 +137,15 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
     body = (say("Regret = mean hinted reward − mean no-hint reward, over scored envs (rejected "
                 "and broken designs left out; start-pool envs in). Designer reward over this "
                 "run's scored designs, rejected ones included (they earn the invalid penalty); "
-                "the start pool is not the model's design and is left out.")
+                "the start pool is not the model's design and is left out. Hint leaks: envs whose hint, "
+                "played alone with no model, wins most validation seeds (they earn no designer "
+                "reward). At chance: scored envs whose no-hint win is within two standard "
+                "errors of what a blind player wins (another seed's solution replayed): the "
+                "difficulty band pays their luck unless score-regret runs --chance-adjusted.")
             + "".join(note(w) for w in words)
             + (plots.chart_spreads(charts, stats, drawn) if drawn else "")
             + table(["round", "envs", "regret mean", "std", "min", "median", "max", "invalid",
-                     "designs", "designer mean", "std", "min", "max"], rows))
+                     "hint leaks", "at chance", "designs", "designer mean", "std", "min", "max"], rows))
     return Section("regret", title, body)
 
 

@@ -122,7 +122,9 @@ def win_rates(run: RunData) -> dict[int, WinRates]:
 
 def regret_stats(run: RunData) -> dict[int, dict[str, Spread | None | int]]:
     """Per round: regret of scored envs (start pool included: it measures the agent); designer
-    reward of this run's scored designs, rejected ones included (the start pool is no design)."""
+    reward of this run's scored designs, rejected ones included (the start pool is no design);
+    how many scored envs had a hint that gives the answer away, and how many a no-hint win
+    within noise of their chance level."""
     origins = run.origins()
     out = {}
     for number in run.all_rounds():
@@ -133,7 +135,10 @@ def regret_stats(run: RunData) -> dict[int, dict[str, Spread | None | int]]:
         designs = [r for r in records if run.is_design(r, origins)]
         out[number] = {"regret": Spread.of([r.regret for r in valid]),
                        "designer_reward": Spread.of([r.designer_reward for r in designs]),
-                       "invalid": len(records) - len(valid)}
+                       "invalid": len(records) - len(valid),
+                       "hint_leaks": sum(r.hint_leaks for r in records if r.env_id),
+                       "at_chance": sum(r.at_chance for r in valid),
+                       "envs": sum(1 for r in records if r.env_id)}
     return out
 
 

@@ -45,7 +45,8 @@ EXPECT_RE = re.compile(r"^# expect: validate=(\S+) rollout=(\S+)$", re.M)
 WHY_RE = re.compile(r"^# may pass: (.+)$", re.M)
 CLASS_RE = re.compile(r"^class (\w+Env)\b", re.M)
 MAY_PASS = "may-pass"
-PLAY_OUTCOMES = set(OUTCOMES) | {INTERNAL, "context_limit", "episode_timeout"}
+PLAY_OUTCOMES = set(OUTCOMES) | {INTERNAL, "context_limit", "episode_timeout",
+                                  *rollout.STALLED, rollout.BLACKLISTED}
 # Small limits keep each stage to about a minute on two cores: a hang costs one call timeout.
 # Validation gets 30 s of life per jail (`spade validate --budget`); a rollout jail may wait in
 # the worker pool before its play, so it keeps the default lifetime.

@@ -149,13 +149,17 @@ def nsjail_ok() -> bool:
 
 @pytest.fixture
 def make_worker(request):
-    """make_worker(call_timeout=1, mode="nsjail", **limits) -> a started Worker, closed after."""
+    """make_worker(call_timeout=1, mode="nsjail", name_refusals=False, **limits) -> a started
+    Worker, closed after. The worker's audit hook is off unless asked for: these tests are of the
+    jail's own boundary, which must hold without it."""
     made: list[Worker] = []
 
-    def make(call_timeout: float = 1.0, mode: str = "nsjail", **limits) -> Worker:
+    def make(call_timeout: float = 1.0, mode: str = "nsjail", name_refusals: bool = False,
+             **limits) -> Worker:
         if mode == "nsjail":
             request.getfixturevalue("nsjail_ok")
-        worker = Worker(Sandbox(mode=mode, limits=Limits(call_timeout=call_timeout, **limits)))
+        worker = Worker(Sandbox(mode=mode, limits=Limits(call_timeout=call_timeout, **limits),
+                                name_refusals=name_refusals))
         worker.start()
         made.append(worker)
         return worker

@@ -24,6 +24,8 @@ EXPECTED = {
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
                                "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
                                "+--context-length 32768", "+--nproc 8", "---cpu-offload"]),
+    "qwen3-4b-games-chance-adjusted": (SPADE, ["+--chance-adjusted", "+--band 0.4 0.6",
+                                               "+--nproc 8"]),
     "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6",
                                      "+--context-length 49152"]),
     "qwen3-8b-games-thinking": (SPADE, ["+MODEL=/models/Qwen3-8B", "+--kl-beta 0.005",

@@ -209,6 +209,16 @@ def test_designer_samples_train_k_rounds_after_they_were_drawn(tmp_path, monkeyp
     assert {"r03/score-regret", "r04/score-regret"} <= set(inputs[4])
 
 
+def test_an_env_that_stalls_is_not_played_again_for_the_rest_of_its_set(tmp_path, monkeypatch):
+    rollouts = [line for line in dry_run(tmp_path, monkeypatch, rounds="3")
+                if line.startswith("spade rollout")]
+    earlier = [[arg for flag, arg in zip(line.split(), line.split()[1:])
+                if flag == "--blacklist-from"] for line in rollouts]
+    assert earlier == [[], ["runs/tiny/r00/rollout-hint"],  # round 0: hinted, then no hint
+                       ["runs/tiny/r00/rollout-hint", "runs/tiny/r00/rollout"],
+                       [], ["runs/tiny/r02/rollout-hint"]]  # round 2 opens a new set (k = 2)
+
+
 def dry_run(tmp_path, monkeypatch, extra: str = "", rounds: str = "5") -> list[str]:
     workspace = make_workspace(tmp_path)
     monkeypatch.chdir(workspace)

@@ -1,9 +1,13 @@
-"""hint: cleaned text lands in the env record; the env keeps its id."""
+"""hint: cleaned text lands in the env record; the env keeps its id; a hint that plays to a
+win on its own is written again, then marked."""
 
+from sandbox.jail import Sandbox
 from stages import hint as stage
-from stages import seed_library
+from stages import leaks, seed_library
 from stages.backends.scripted import ScriptedBackend
+from stages.records import Env
 from stages.shards import read
+from stages.validate import source_hash
 
 
 def test_hint_is_written_without_changing_the_env_id():
@@ -32,3 +36,59 @@ def test_tool_use_envs_get_the_value_free_prompt():
 def test_empty_hint_stays_none():
     assert stage.clean("```python\nprint(1)\n```", 100) is None
     assert stage.clean("Hint: " + "x" * 50, 10) == "x" * 10
+
+
+# Three colours, three guesses: a hint that lists the colours gives the game away.
+COLOURS = '''
+import random
+import re
+class ColourEnv:
+    max_turns = 3
+    def reset(self, seed=None):
+        self.colour = random.Random(seed).choice(["red", "green", "blue"])
+        return "Guess my colour as \\\\boxed{colour}; the clue: it is not yellow.", {}
+    def step(self, action):
+        m = re.findall(r"\\\\boxed\\{(.*?)\\}", action)
+        if m and m[-1].strip() == self.colour:
+            return "Right.", 1.0, True, False, {}
+        return "No.", 0.0, False, False, {}
+    def solution(self):
+        return ["\\\\boxed{%s}" % self.colour]
+'''
+LEAK = "It is one of 'red', 'green' or \\boxed{blue}; try them in turn."
+STRATEGY = "Think about which colour the clue leaves out."
+
+
+def colour_env():
+    return Env(domain="game", class_name="ColourEnv", source=COLOURS,
+               source_hash=source_hash(COLOURS), max_turns=3,
+               meta={"validation": {"seeds": list(range(8))}})
+
+
+def test_hint_actions_are_what_the_text_names_in_order():
+    assert leaks.hint_actions(LEAK, "game") == ["\\boxed{red}", "\\boxed{green}", "\\boxed{blue}"]
+    assert leaks.hint_actions('Halve the range: start at 500, then "250"', "game") == [
+        "\\boxed{500}", "\\boxed{250}"]
+    assert leaks.hint_actions("Answer `42` after 2 lookups", "tool_use") == [
+        "<answer>42</answer>", "<answer>2</answer>"]
+    assert leaks.hint_actions(STRATEGY, "game") == []
+
+
+def test_a_hint_that_plays_to_a_win_on_its_own_leaks(jail_available):
+    leaked = leaks.check(colour_env().model_copy(update={"hint": LEAK}), Sandbox())
+    assert leaked["leaks"] and leaked["won"] == leaked["seeds"] == 8
+    kept = leaks.check(colour_env().model_copy(update={"hint": "Not 'red'."}), Sandbox())
+    assert not kept["leaks"] and kept["won"] <= 4  # red wins the seeds that hid red
+
+
+def test_a_leaking_hint_is_written_again_and_marked_when_it_keeps_leaking(jail_available):
+    replies = iter([LEAK, STRATEGY])
+    (fixed,) = stage.run([colour_env()], ScriptedBackend(lambda m, t: next(replies)),
+                         stage.Config())
+    assert fixed.hint == STRATEGY and not leaks.leaking(fixed)
+    assert fixed.meta["hint"]["leak"]["attempts"] == 2
+    (stubborn,) = stage.run([colour_env()], ScriptedBackend(lambda m, t: LEAK),
+                            stage.Config(attempts=3))
+    assert stubborn.hint == LEAK and leaks.leaking(stubborn)
+    assert stubborn.meta["hint"]["leak"]["attempts"] == 3
+    assert stubborn.id == colour_env().id

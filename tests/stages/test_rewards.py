@@ -66,3 +66,12 @@ def test_variance_term_peaks_at_a_fair_coin():
     with_term = RewardConfig(variant="solve_rate", variance_term=True)
     assert rewards.designer_raw(0.5, 0.0, with_term, plays=[0.0, 1.0]) == pytest.approx(2.0)
     assert rewards.designer_raw(0.5, 0.0, with_term, plays=[1.0]) == pytest.approx(1.0)
+
+
+def test_the_win_above_chance_is_zero_at_chance_and_one_at_a_sure_win():
+    assert rewards.above_chance(0.5, 0.5) == 0.0 and rewards.above_chance(1.0, 0.5) == 1.0
+    assert rewards.above_chance(0.25, 0.5) == -0.5 and rewards.above_chance(1.0, 1.0) == 0.0
+    paper, ablation = RewardConfig(), RewardConfig(chance_adjusted=True)
+    assert rewards.plateau_win(0.5, 0.5, paper) == 0.5
+    assert rewards.plateau_win(0.75, 0.5, ablation) == 0.5
+    assert rewards.plateau_win(0.75, None, ablation) == 0.75  # no chance level: the win

@@ -1,13 +1,16 @@
 """rollout: episode rewards, turn caps, hints, misbehaving envs, token bookkeeping."""
 
 
+import time
+from dataclasses import replace
+
 import pytest
 
 from sandbox.jail import Limits, Sandbox
 from stages import rollout as stage
 from stages import seed_library
 from stages.backends.scripted import ScriptedBackend
-from stages.records import Env
+from stages.records import Env, Rollout
 from stages.shards import read
 from stages.validate import source_hash
 
@@ -95,6 +98,54 @@ def test_crashing_env_is_a_recorded_outcome(jail_available):
 def test_hanging_env_times_out_without_hanging_the_stage(jail_available):
     play = next(stage.run([env()], scripted("HANG"), CFG))
     assert play.outcome == "timeout" and play.error.type == "env.timeout"
+
+
+# Instant on the validator's action, slow on anything else: an env that holds a stage hostage.
+STALLING = KNOCK.replace('''        if m and m.group(1).strip() == "CRASH":''', '''        if not (m and m.group(1).strip() == "knock"):
+            import time
+            time.sleep(0.4)
+        if m and m.group(1).strip() == "CRASH":''')
+BUDGET = stage.Config(plays=4, concurrency=1, env_budget=1.0,
+                      sandbox=Sandbox(limits=Limits(call_timeout=2)))
+
+
+def test_a_play_past_its_env_budget_ends_with_that_outcome(jail_available):
+    play = next(stage.run([env(STALLING)], scripted("wait"), replace(BUDGET, plays=1)))
+    assert play.outcome == "env_budget" and play.ok is False and play.reward == 0.0
+    assert "1s budget" in play.error.msg
+    assert 0.9 <= play.meta["seconds"] <= 1.5  # cut at the budget, not at the next step
+    assert len(play.turns) == 3  # two slow steps fit, the third ran out of budget
+
+
+def test_the_budget_counts_the_env_time_only(jail_available):
+    slow_agent = ScriptedBackend(lambda messages, tools: time.sleep(0.4) or "\\boxed{knock}")
+    play = next(stage.run([env()], slow_agent, replace(BUDGET, plays=1, env_budget=0.5)))
+    assert play.outcome == "ok" and play.reward == 1.0
+    assert play.meta["seconds"] > 1.0  # three turns of a slow agent, well past the budget
+
+
+def test_an_env_that_ran_out_the_clock_is_not_played_again(jail_available):
+    started = time.monotonic()
+    plays = list(stage.run([env(STALLING), env()], scripted("wait"), BUDGET))
+    assert [p.outcome for p in plays[:4]] == ["env_budget"] + ["blacklisted"] * 3
+    assert all(p.turns == [] and p.error.type == "env.blacklisted" for p in plays[1:4])
+    assert [p.outcome for p in plays[4:]] == ["ok"] * 4  # the other env plays on
+    assert time.monotonic() - started < 4 * BUDGET.env_budget  # one budget, not four
+
+
+def test_blacklist_after_counts_stalled_plays(jail_available):
+    plays = list(stage.run([env(STALLING)], scripted("wait"), replace(BUDGET, blacklist_after=2)))
+    assert [p.outcome for p in plays] == ["env_budget", "env_budget", "blacklisted", "blacklisted"]
+
+
+def test_earlier_rounds_blacklist_an_env_for_the_rest_of_its_set(jail_available):
+    knock = env()
+    earlier = [Rollout(env_id=knock.id, hint=True, seed=1, outcome="timeout", ok=False)]
+    plays = list(stage.run([knock], scripted("knock"), BUDGET,
+                           blacklist=stage.Blacklist(1, earlier)))
+    assert [p.outcome for p in plays] == ["blacklisted"] * 4
+    later = stage.Blacklist(1, plays)  # a blacklisted round keeps the env blacklisted
+    assert knock.id in later and env(STALLING).id not in later
 
 
 def test_game_actions_are_normalised_to_the_last_box():

@@ -70,6 +70,53 @@ def test_rejected_designs_and_broken_envs_get_the_penalty():
     assert diag.invalid == 2 and diag.envs == 1
 
 
+@pytest.mark.parametrize("stalled", ["env_budget", "timeout"])
+def test_an_env_that_held_the_stage_hostage_pays_its_designer_nothing(stalled):
+    records = [env("a"), env("b")] + plays("env_a", [0], hint=True, outcome=stalled) \
+        + plays("env_a", [0, 0, 0], hint=True, outcome="blacklisted") \
+        + plays("env_a", [0, 0, 0, 0], outcome="blacklisted") \
+        + plays("env_b", [1, 1], hint=True) + plays("env_b", [0, 1])
+    regrets, diag = score(records, rewards=RewardConfig(invalid_penalty=-0.5))
+    by_env = {r.env_id: r for r in regrets}
+    assert by_env["env_a"].broken and by_env["env_a"].designer_reward == -0.5
+    assert not by_env["env_b"].broken and diag.invalid == 1
+
+
+def test_an_env_whose_hint_leaks_earns_its_designer_nothing():
+    leaky = env("a").model_copy(update={"meta": {"hint": {"leak": {"leaks": True}}}})
+    records = [leaky, env("b")] + plays("env_a", [1, 1], hint=True) + plays("env_a", [0, 1]) \
+        + plays("env_b", [1, 1], hint=True) + plays("env_b", [0, 1])
+    regrets, diag = score(records, rewards=RewardConfig(invalid_penalty=-0.5))
+    by_env = {r.env_id: r for r in regrets}
+    assert by_env["env_a"].hint_leaks and by_env["env_a"].designer_reward == -0.5
+    assert by_env["env_a"].regret == by_env["env_b"].regret  # still measured, not paid
+    assert not by_env["env_b"].hint_leaks and by_env["env_b"].designer_reward > 0
+    assert diag.hint_leaks == 1 and diag.invalid == 0
+
+
+def with_chance(record, chance):
+    return record.model_copy(update={"meta": {"trivial": {"chance": chance}}})
+
+
+def test_a_coin_flip_is_flagged_at_chance_and_chance_adjusted_pays_no_plateau():
+    records = [with_chance(env("a"), 0.5), with_chance(env("b"), 0.0)] \
+        + plays("env_a", [1, 0, 1, 0, 1, 0, 1, 0]) + plays("env_b", [1, 0, 1, 0, 1, 0, 1, 0])
+    paper, _ = score(records, rewards=RewardConfig(variant="solve_rate"))
+    adjusted, diag = score(records, rewards=RewardConfig(variant="solve_rate",
+                                                         chance_adjusted=True))
+    coin, puzzle = paper
+    assert coin.chance == 0.5 and coin.at_chance and not puzzle.at_chance
+    assert coin.designer_reward == puzzle.designer_reward == 1.0  # the paper pays both
+    assert adjusted[0].plateau == adjusted[0].designer_reward == 0.0  # luck earns nothing
+    assert adjusted[1].designer_reward == 1.0 and diag.at_chance == 1
+
+
+def test_at_chance_is_two_standard_errors_wide():
+    assert stage.at_chance(0.5 + 0.35, 0.5, 8)  # 2 * sqrt(0.25 / 8) = 0.354
+    assert not stage.at_chance(0.5 + 0.36, 0.5, 8)
+    assert not stage.at_chance(0.0, 0.0, 8) and not stage.at_chance(0.5, None, 8)
+
+
 def test_designer_advantage_is_centred_per_skill():
     records = [env("a"), env("b"), env("c", skill="memory")] + plays("env_a", [1, 0]) \
         + plays("env_b", [1, 1]) + plays("env_c", [0, 1])

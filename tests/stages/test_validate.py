@@ -235,6 +235,23 @@ def test_trivial_records_what_it_played_and_replays_exactly(jail_available):
     assert all(re.fullmatch(r"\d+/\d+", count) for count in tally["wins"].values())
 
 
+def test_chance_is_the_share_of_other_seeds_solutions_that_win(jail_available):
+    """A coin call's blind player wins the seeds that hid the side it remembers."""
+    record = stage.validate_one(design_for(VALID / "coin_call.py"), stage.Config(seed=3))
+    sides = [random.Random(seed).choice(("heads", "tails"))
+             for seed in record.meta["validation"]["seeds"]]
+    shares = [sum(other == side for j, other in enumerate(sides) if j != i) / (len(sides) - 1)
+              for i, side in enumerate(sides)]
+    assert record.meta["trivial"]["chance"] == round(sum(shares) / len(shares), 4)
+    assert 0 < record.meta["trivial"]["chance"] < 1
+
+
+def test_a_puzzle_whose_answer_differs_by_seed_is_at_chance_zero():
+    shipped = {e.class_name: e for e in read([str(seed_library.ENV_SHARD)])}
+    assert shipped["KeyDoorMazeEnv"].meta["trivial"]["chance"] == 0.0
+    assert all(0 <= e.meta["trivial"]["chance"] < 0.5 for e in shipped.values())
+
+
 @pytest.mark.parametrize("name, policy", [
     ("hack_tolerance_grader", "near misses"), ("hack_prose_pays", "plain prose"),
     ("hack_unknown_pays", '"I don\'t know"'), ("hack_secret_word", "\\boxed{xyzzy}"),

@@ -1,4 +1,4 @@
-# expect: validate=resources rollout=timeout
+# expect: validate=policy|resources rollout=program_error|timeout
 """From its second step on, forks as fast as it can and every process spins."""
 
 import random

@@ -1,5 +1,4 @@
-# expect: validate=may-pass rollout=ok
-# may pass: its pid namespace holds only the worker: there is no one to hit
+# expect: validate=policy rollout=program_error
 """Every step SIGKILLs its parent and every process it can see, then plays on."""
 
 import random

@@ -1,4 +1,4 @@
-# expect: validate=resources|reset|determinism rollout=timeout|program_error
+# expect: validate=resources|reset|determinism|oracle rollout=timeout|program_error
 """reset starts a thread that reads the worker's request pipe, stealing its requests."""
 
 import random
