@@ -53,7 +53,7 @@ def show(
 
     with errors_to_exit("memory show"):
         entries = [m for m in read(inputs, kinds={"memory"}) if skill in (None, m.skill)]
-        table = Table("env", "skill", "win", "regret", "round", "first line")
+        table = Table("env", "skill", "win rate", "regret", "round", "first line")
         for m in entries:
             first = next((ln for ln in m.snippet.splitlines()
                           if ln.strip() and not ln.startswith("#")), "")

@@ -128,6 +128,9 @@ def rollout(
 
         def transform(envs):
             envs = [env for env in envs if chosen is None or env.id in chosen]
+            played = stage.hinted_only(envs, cfg)
+            stats.extra["without_hint"] = stats.extra.get("without_hint", 0) + len(envs) - len(played)
+            envs = played
             progress.add_total(len(envs) * plays)
             # jails start on background threads while the model loads
             with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays, jails) as pool:
@@ -154,6 +157,8 @@ def rollout(
                       overwrite=overwrite, suffix=f".{compress}")
         plays_done = stats.written["rollout"]
         win = stats.extra.get("wins", 0) / plays_done if plays_done else 0.0
+        unhinted = stats.extra.get("without_hint", 0)
         summarize("rollout", stats, f"{stats.read} envs -> {plays_done} plays "
                   f"({'hint' if hint else 'no hint'}), win rate {win:.2f}, "
-                  f"{stats.extra.get('turns', 0)} turns")
+                  f"{stats.extra.get('turns', 0)} turns"
+                  + (f", {unhinted} envs without a hint not played" if unhinted else ""))

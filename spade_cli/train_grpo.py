@@ -50,6 +50,11 @@ def train_grpo(
     max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping norm.")] = 1.0,
     roles: Annotated[str, typer.Option(help="agent, designer, or agent,designer.")] = "agent,designer",
     train_on_hinted: Annotated[bool, typer.Option(help="Also train on hinted plays.")] = False,
+    drop_env_errors: Annotated[bool, typer.Option(
+        help="Drop plays whose env step raised (program_error) from agent samples. Default: "
+             "they train with reward -1 in their env's group, as the reference's env wrapper "
+             "scores a step that raises; hangs, limits and load or reset failures are "
+             "dropped either way.")] = False,
     mask_truncated: Annotated[bool, typer.Option(
         help="No loss on episodes that ran out of turns (reference tool-use runs).")] = False,
     mask_malformed_tool_calls: Annotated[bool, typer.Option(
@@ -123,7 +128,8 @@ def train_grpo(
                            micro_batch_tokens=micro_batch_tokens,
                            loss_norm=loss_norm, epochs=epochs,
                            max_grad_norm=max_grad_norm, roles=chosen,
-                           train_on_hinted=train_on_hinted, mask_truncated=mask_truncated,
+                           train_on_hinted=train_on_hinted, drop_env_errors=drop_env_errors,
+                           mask_truncated=mask_truncated,
                            mask_malformed_tool_calls=mask_malformed_tool_calls,
                            lora_rank=lora_rank, lora_targets=lora_targets,
                            cpu_offload=cpu_offload,

@@ -8,9 +8,10 @@ logprobs (the designer is trained on them), skill, difficulty, round, slot, atte
 document and memory entries it saw (lineage). `spade validate` extracts and checks the code.
 Guarantees: skills rotate by env set (`active_skills` of the domain's six, or of the skills the
 config names, for the set that starts at `round`, the set index being round // k, so consecutive
-sets cover every skill; slots spread over them); one corpus document per attempt, without
-replacement, and without a corpus a prompt that never mentions one; everything is seeded from
-(seed, round, attempt), so a rerun with the same model reproduces the prompts exactly.
+sets cover every skill; slot i takes active skill i mod their count); one corpus document
+per attempt, without replacement, and without a corpus a prompt that never mentions one;
+everything is seeded from (seed, round, attempt), so a rerun with the same model reproduces the
+prompts exactly.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ DIFFICULTY_STEPS = {"easy": 2, "medium": 3, "hard": 6}
 SET_LIFE = {"game": 4, "tool_use": 8}
 # words a corpus document keeps (reference launchers: 6000 for games, 4000 for tool use)
 CORPUS_WORDS = {"game": 6000, "tool_use": 4000}
-APP_DOMAINS = ("online retail orders", "calendar and meeting booking", "file storage",
-               "banking and transfers", "library loans", "flight and travel booking",
-               "customer support tickets", "smart home devices", "restaurant reservations",
-               "human resources records")
+# one drawn per tool-use prompt, uniformly: the ten application areas the reference draws from
+APP_DOMAINS = ("online retail orders", "flight and hotel booking",
+               "mobile phone plans and telecom billing", "banking and transfers",
+               "calendar and meeting booking", "file storage", "shopping cart and checkout",
+               "customer support tickets", "smart home devices", "project and task tracking")
 TASK_VARIANTS = {  # weights 3:2:1:1
     "execute": (3, "every request can be carried out directly with the tools"),
     "read_then_write": (2, "each request needs information read with one tool before another "
@@ -82,8 +84,11 @@ def env_set_index(cfg: Config) -> int:
 
 
 def fresh_slots(cfg: Config) -> list[Slot]:
+    """One slot per env of the batch; the set's active skills are dealt out in turn (slot i
+    gets skill i mod count), so when the batch is not a multiple of the count the first skills
+    get one slot more (16 slots over 6 skills: 3, 3, 3, 3, 2, 2), as the reference assigns them."""
     skills = active_skills(cfg.domain, env_set_index(cfg), cfg.active_skills, cfg.skills)
-    return [Slot(i, 0, skills[i * len(skills) // cfg.batch]) for i in range(cfg.batch)]
+    return [Slot(i, 0, skills[i % len(skills)]) for i in range(cfg.batch)]
 
 
 def retry_slots(rejects: Iterable[Validation], cfg: Config) -> list[Slot]:

@@ -1,5 +1,8 @@
 """Environment memory: recent envs with their win rate and regret, shown to the designer.
 
+An entry's win rate is the share of its no-hint plays won (reward > 0, the reference's memory
+win rate: `Regret.solve_rate`), not the mean reward the plateau scores (`Regret.win`).
+
 In: env records (seeding), regret records (updates), memory records (the store).
 Out: memory records (newest last, at most `cap`), and for one design prompt: positive examples
 (same skill, win rate in the learnable band, highest regret) and one negative example (same
@@ -50,7 +53,7 @@ def update(memory: list[Memory], envs: dict[str, Env], regrets: Iterable[Regret]
         if env is None:
             continue
         by_env.pop(regret.env_id, None)
-        by_env[regret.env_id] = entry(env, regret.win, regret.regret, regret.round)
+        by_env[regret.env_id] = entry(env, regret.solve_rate, regret.regret, regret.round)
     return list(by_env.values())[-cap:]
 
 
@@ -59,8 +62,8 @@ def examples(memory: list[Memory], skill: str, rng: random.Random,
     """Positive and negative examples for one design prompt."""
     same = [m for m in memory if m.skill == skill]
     low, high = selection.positive_band
-    learnable = sorted((m for m in same if low <= m.win_rate <= high),
-                       key=lambda m: (-m.regret, m.env_id))
+    # ties keep the memory's order (oldest first), as the reference's stable sort does
+    learnable = sorted((m for m in same if low <= m.win_rate <= high), key=lambda m: -m.regret)
     pool = learnable[:max(3 * selection.positives, 10)]
     positives = rng.sample(pool, min(selection.positives, len(pool)))
     extreme = [m for m in same
@@ -80,5 +83,7 @@ def describe(positives: list[Memory], negatives: list[Memory]) -> tuple[str, str
     if bad:  # by class name only, as the reference does: no code to copy from a failure
         bad = "\nAvoid environments like:" + bad + "\n"
     if good:
-        good = "These worked well: the agent won some plays and the hint helped." + good
+        good = ("These worked well: the agent won some plays and the hint helped. Learn from "
+                "how they are built and how hard they are, then design a new game of your own: "
+                "not one of these again with other names or numbers." + good)
     return good, bad

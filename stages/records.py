@@ -202,7 +202,8 @@ class Regret(Record):
     n_no_hint: int = 0
     regret: Number = 0.0
     regret_n: Number = 0.0
-    win: Number = 0.0
+    win: Number = 0.0  # mean no-hint reward over the window (what plateau scores)
+    solve_rate: Number = 0.0  # share of the window's no-hint plays with reward > 0
     plateau: Number = 0.0
     designer_reward: Number = 0.0
     designer_advantage: Number = 0.0

@@ -4,11 +4,13 @@ In: rewards of plays (floats), win rates, regrets. Out: the designer's raw rewar
 advantage, the agent's advantages. Guarantees: never NaN or inf; every constant comes from
 `RewardConfig` so recipes can change it; formulas as in SPADE.md (Rewards).
 
-- regret = mean(hinted rewards) - mean(no-hint rewards of the same round)
+- regret = mean(hinted rewards) - mean(no-hint rewards of the same round), 0 for a side
+  without plays
 - regret_n = clip(regret / regret_scale, 0, 1)
 - plateau(win) = 1 on [band_low, band_high], linear to 0 at ramp_low and at ramp_high
 - designer raw (variant "blend") = regret_weight * regret_n + plateau_weight * plateau(win);
-  "solve_rate" = plateau(win); "regret" = regret_n; "learning_potential" = |win - mu(skill)|
+  "solve_rate" = plateau(win); "regret" = max(0, regret) / regret_scale (not capped), or
+  `step_timeout_penalty` for an env whose step timed out; "learning_potential" = |win - mu(skill)|
   with mu <- (1 - gamma) * mu + gamma * (the skill's mean reward), updated with the current
   window before scoring (reference: learning_potential.py, delayed_env_rewards.py)
 - with `chance_adjusted`, plateau scores the win above chance instead of the win:
@@ -40,7 +42,8 @@ class RewardConfig:
     band_high: float = 0.6
     ramp_low: float = 0.15
     ramp_high: float = 0.85
-    failed_play_reward: float = -1.0  # win counts a play the env broke as this (reference)
+    failed_play_reward: float = -1.0  # a play whose env step raised counts this (reference)
+    step_timeout_penalty: float = -0.5  # `regret` variant: an env whose step timed out (reference)
     ema_gamma: float = 0.85  # learning potential: weight of the newest skill mean (gamma_slow)
     variance_term: bool = False  # add the solver-variance term to the raw reward
     chance_adjusted: bool = False  # plateau of the win above chance (not the paper's)
@@ -59,10 +62,9 @@ def mean_or(values: Sequence[float], default: float | None) -> float | None:
 
 
 def regret(hinted: Sequence[float], no_hint: Sequence[float]) -> float:
-    """0 when either side has no plays: no evidence that the hint helped."""
-    if not hinted or not no_hint:
-        return 0.0
-    return fmean(hinted) - fmean(no_hint)
+    """mean(hinted) - mean(no_hint), a side without plays counting 0 (the reference's r_hint
+    when no hint could be written, and its mean of an empty step)."""
+    return mean_or(hinted, 0.0) - mean_or(no_hint, 0.0)
 
 
 def regret_n(value: float, cfg: RewardConfig) -> float:
@@ -98,8 +100,8 @@ def designer_raw(win: float, regret_value: float, cfg: RewardConfig,
         return cfg.regret_weight * regret_n(regret_value, cfg) + cfg.plateau_weight * level + extra
     if cfg.variant == "solve_rate":
         return level + extra
-    if cfg.variant == "regret":
-        return regret_n(regret_value, cfg) + extra
+    if cfg.variant == "regret":  # floored, not capped, as the reference's regret variant
+        return max(0.0, regret_value) / cfg.regret_scale + extra
     if cfg.variant == "learning_potential":
         return abs(win - (win if skill_ema is None else skill_ema)) + extra
     raise ValueError(f"unknown reward variant {cfg.variant!r} (one of {', '.join(VARIANTS)})")
@@ -129,10 +131,10 @@ def designer_advantages(raws: Sequence[float], skills: Sequence[str], scale: flo
 
 def designer_scale(agent_samples: int, envs: int, window: int, cfg: RewardConfig) -> float:
     """Weight designer samples like the agent samples they stand for: N_agent/N_env * k, with
-    N_agent the no-hint plays of the round and N_env the designer samples scored (paper
-    settings: 192 / 24 * 4 = 32)."""
-    if envs == 0:
-        return 0.0
+    N_agent the no-hint plays of the round and N_env the designer samples scored (the games
+    recipes: 8 plays x 24 envs / 24 * 4 = 32); 1 when either count is 0, as the reference."""
+    if envs <= 0 or agent_samples <= 0:
+        return 1.0
     return min(agent_samples / envs * window, cfg.scale_cap)
 
 

@@ -28,6 +28,8 @@ Guarantees:
   (`ok: false`); only a jail that cannot start stops the stage (SandboxUnavailable, exit 69);
 - anything else that goes wrong with one play (a case spade does not handle yet) ends that play
   alone with outcome `internal_error` (stages/isolation.py), and the other plays go on;
+- with `hint`, an env without a hint (one `spade hint` could not write) is not played: it has no
+  hinted plays, which score-regret scores as the reference does (hinted reward 0);
 - game actions are normalised to `\\boxed{<last boxed content>}` (the env's own parser then
   handles malformed ones); tool-use actions go to the env verbatim, which charges -0.1 for a
   format error and continues.
@@ -81,6 +83,11 @@ class Config:
     prompts_dir: str | None = None
     sandbox: Sandbox = field(default_factory=lambda: Sandbox(limits=Limits(call_timeout=10.0)))
     sampling: Sampling = Sampling(temperature=0.6, max_tokens=512)
+
+
+def hinted_only(envs: Iterable[Env], cfg: Config) -> list[Env]:
+    """The envs a stage plays: with `cfg.hint`, those that have a hint."""
+    return [env for env in envs if env.hint or not cfg.hint]
 
 
 def play_seed(env_id: str, hint: bool, play: int, round: int, seed: int) -> int:
@@ -302,7 +309,7 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config,
     Pass a `pool` started earlier (the CLI starts one while the model loads) to take jail
     start-up off the critical path; otherwise one is started here. `blacklist` holds what
     earlier rounds' plays of these envs showed (default: nothing yet)."""
-    envs = list(envs)
+    envs = hinted_only(envs, cfg)
     if blacklist is None:
         blacklist = Blacklist(cfg.blacklist_after)
     if pool is None:

@@ -7,9 +7,15 @@ Out: one `regret` record per env with plays (and, with a reject penalty, one per
 design), in first-seen order: hint and no-hint means, regret, regret_n, win, plateau, designer
 raw reward and advantage, the design id the reward belongs to; plus round diagnostics.
 Guarantees: pure (no I/O) and deterministic; matched timing: regret compares hinted plays with
-the no-hint plays of the round the hinted plays were made in; win is the mean reward of every
-no-hint play of the window [round - window + 1, round], a play the env broke (crash, hang,
-memory, output) counting -1 as in the reference; an env whose plays mostly broke earns the
+the no-hint plays of the round the hinted plays were made in (or, where none of those has a
+reward, of the first later round that has: the reference's first offset), a side without
+plays counting 0; win is the mean reward of every no-hint play of the window
+[round - window + 1, round]. Plays count as the reference's completed plays do: a step that
+raised after the agent acted scores -1 (`failed_play_reward`), in regret and win alike; a hang,
+a blown limit, a blacklisted play or a load or reset that failed has no reward and is in no
+mean (`counted`); `solve_rate` is the share of the window's plays with reward > 0 (the
+reference's memory win rate). In the `regret` variant an env with a step that timed out earns
+`step_timeout_penalty` (-0.5), as in the reference. An env whose plays mostly broke earns the
 invalid penalty, and so does an env whose hint gives its answer away (`meta.hint.leak`,
 stages/hint.py: its regret measures the leak, not learnability; `hint_leaks` on the record);
 rejected designs are discarded by default (the paper: they earn nothing), so
@@ -37,6 +43,7 @@ from stages.rewards import RewardConfig
 # plays not made because it had stalled before (`blacklisted`, stages/rollout.py)
 ENV_FAULTS = ("program_error", "timeout", "oom", "output_limit", "sandbox_failure",
               "env_budget", "blacklisted", INTERNAL)
+STALLED = ("timeout", "env_budget", "blacklisted")  # the reference's step timeout
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
             rejects.append(record)
         elif isinstance(record, Regret) and record.round < cfg.round:
             history.append(record)
-    skill_ema = _skill_ema(history, _window_means(plays, envs, cfg), cfg.rewards)
+    skill_ema = _skill_ema(history, _window_means(plays, envs, cfg), cfg)
     scored = [isolated(f"score-regret: env {env_id}",
                        lambda: _score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg),
                        lambda failure: _unscored(env_id, envs.get(env_id), failure, cfg))
@@ -100,22 +107,27 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
     rc = cfg.rewards
     hinted = [p for p in plays if p.hint]
     hint_round = max((p.round for p in hinted), default=None)
-    hinted = [p for p in hinted if p.round == hint_round]
-    matched = [p.reward for p in plays if not p.hint and p.round == hint_round]
-    window = _window(plays, cfg)
+    hinted = [_raw(p, rc) for p in hinted if p.round == hint_round and counted(p)]
+    matched = _matched(plays, hint_round, rc)
+    window = [p for p in _window(plays, cfg) if counted(p)]
     window_rewards = [_raw(p, rc) for p in window]
     win = fmean(window_rewards) if window else 0.0
-    regret = rewards.regret([p.reward for p in hinted], matched)
+    regret = rewards.regret(hinted, matched)
     skill = env.skill if env else ""
     broken = sum(p.outcome in ENV_FAULTS for p in plays) * 2 > len(plays)
     leaks = env is not None and leaking(env)
     chance = recorded_chance(env)
-    raw = rc.invalid_penalty if broken or leaks else rewards.designer_raw(
-        win, regret, rc, skill_ema.get(skill), window_rewards, chance)
+    if rc.variant == "regret" and any(p.outcome in STALLED for p in plays):
+        raw = rc.step_timeout_penalty  # the reference's regret variant, before anything else
+    elif broken or leaks:
+        raw = rc.invalid_penalty
+    else:
+        raw = rewards.designer_raw(win, regret, rc, skill_ema.get(skill), window_rewards, chance)
     design_id = env.parents[0] if env and env.parents else None
     return Regret(env_id=env_id, skill=skill, round=cfg.round,
-                  hint_reward=rewards.mean_or([p.reward for p in hinted], None),
+                  hint_reward=rewards.mean_or(hinted, None),
                   no_hint_reward=rewards.mean_or(matched, None), regret=regret, win=win,
+                  solve_rate=fmean(r > 0 for r in window_rewards) if window else 0.0,
                   designer_reward=raw, parents=[env_id] + ([design_id] if design_id else []),
                   policy=env.policy if env else None,
                   regret_n=rewards.regret_n(regret, rc),
@@ -143,6 +155,24 @@ def _window(plays: list[Rollout], cfg: Config) -> list[Rollout]:
     return [p for p in plays if not p.hint and cfg.round - cfg.window < p.round <= cfg.round]
 
 
+def _matched(plays: list[Rollout], hint_round: int | None, rc: RewardConfig) -> list[float]:
+    """The no-hint rewards regret compares the hint with: the hint round's, or where none of
+    those counted, the first later round's that has some (the reference's first offset); with
+    no hinted plays at all (a hint that could not be written), the first round's."""
+    by_round: dict[int, list[float]] = defaultdict(list)
+    for play in plays:
+        if not play.hint and play.round >= (hint_round or 0) and counted(play):
+            by_round[play.round].append(_raw(play, rc))
+    return by_round[min(by_round)] if by_round else []
+
+
+def counted(play: Rollout) -> bool:
+    """Whether a play has a reward, as the reference's completed plays do: a step that raised
+    after the agent acted ends the play (reward `failed_play_reward`); a hang, a blown limit or
+    a load or reset that failed leaves no trajectory, so it is left out of every mean."""
+    return play.ok or (play.outcome == "program_error" and bool(play.turns))
+
+
 def _raw(play: Rollout, rc: RewardConfig) -> float:
     return rc.failed_play_reward if play.outcome in ENV_FAULTS else play.reward
 
@@ -153,7 +183,7 @@ def _window_means(plays: dict[str, list[Rollout]], envs: dict[str, Env],
     by_skill: dict[str, list[float]] = defaultdict(list)
     for env_id, group in plays.items():
         skill = envs[env_id].skill if env_id in envs else ""
-        by_skill[skill] += [_raw(p, cfg.rewards) for p in _window(group, cfg)]
+        by_skill[skill] += [_raw(p, cfg.rewards) for p in _window(group, cfg) if counted(p)]
     return {skill: fmean(values) for skill, values in by_skill.items() if values}
 
 
@@ -175,22 +205,32 @@ def _invalid(reject: Validation, cfg: Config) -> Regret:
 
 
 def _skill_ema(history: list[Regret], current: dict[str, float],
-               rc: RewardConfig) -> dict[str, float]:
-    """Per skill: the EMA of its mean win over earlier rounds, then updated with the current
+               cfg: Config) -> dict[str, float]:
+    """Per skill: the EMA of the mean reward of each earlier env set, updated once per set as
+    the reference does (with the set's plays pooled over its whole window: the regret records
+    of the set's last round, each env's win weighted by its plays), then with the current
     window (the reference updates its tracker before it scores)."""
-    by_round: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    k = cfg.window
+    set_start = cfg.round - cfg.round % k
+    by_set: dict[str, dict[int, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
     for record in history:
-        if record.env_id:
-            by_round[record.skill][record.round].append(record.win)
+        if record.env_id and record.round < set_start and record.round % k == k - 1:
+            by_set[record.skill][record.round].append((record.win, record.n_no_hint))
     state: dict[str, float] = {}
-    for skill in set(by_round) | set(current):
+    for skill in set(by_set) | set(current):
         value = None
-        for round_index in sorted(by_round.get(skill, {})):
-            value = rewards.ema(value, fmean(by_round[skill][round_index]), rc.ema_gamma)
+        for closing in sorted(by_set.get(skill, {})):
+            value = rewards.ema(value, _pooled(by_set[skill][closing]), cfg.rewards.ema_gamma)
         if skill in current:
-            value = rewards.ema(value, current[skill], rc.ema_gamma)
+            value = rewards.ema(value, current[skill], cfg.rewards.ema_gamma)
         state[skill] = value
     return state
+
+
+def _pooled(wins: list[tuple[float, int]]) -> float:
+    """The mean reward over every play behind (win, plays) pairs."""
+    plays = sum(n for _, n in wins)
+    return sum(w * n for w, n in wins) / plays if plays else fmean(w for w, _ in wins)
 
 
 def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Config) -> Diagnostics:

@@ -27,6 +27,12 @@ Guarantees:
   the k-round staleness of delayed designer samples;
 - agent advantage: z-score of episode rewards within one env's plays; designer advantage: as
   score-regret computed it (skill-centred, scaled);
+- plays the env broke: one whose step raised after the agent acted (`program_error` with a
+  turn of model tokens) trains as an ordinary play with reward `rewards.failed_play_reward`
+  (-1), in its env's group, as the reference's env wrapper turns the exception into reward -1
+  and completes the trajectory; every other `ok: false` play (hangs, limits, load or reset
+  failures, blacklisted, internal errors) is dropped and counted, as the reference drops its
+  FAILED plays. `drop_env_errors` drops the crashed ones too (spade's earlier rule);
 - samples without token ids (openai backend) are skipped and counted, never guessed;
 - LoRA (`lora_rank`): one adapter on the frozen start model, carried with its AdamW state from
   round to round and never merged (a LoRA checkpoint is the adapter folder:
@@ -90,6 +96,9 @@ class Config:
     epochs: int = 1
     max_grad_norm: float = 1.0
     train_on_hinted: bool = False
+    # False (the reference): a play whose env step raised trains with reward -1 (see
+    # `trained_reward`); True: every play the env broke is dropped from agent samples
+    drop_env_errors: bool = False
     # tool-use launchers of the reference: no loss on episodes that ran out of turns (the
     # budget ended them, not the policy) nor on turns whose tool call could not be parsed
     mask_truncated: bool = False
@@ -137,24 +146,30 @@ class Sample:
 
 def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample], dict[str, int]]:
     """Agent samples from rollouts, designer samples from regret + design records."""
-    plays: dict[str, list[Rollout]] = defaultdict(list)
+    plays: dict[str, list[tuple[Rollout, float]]] = defaultdict(list)
     designs: dict[str, Design] = {}
     regrets: list[Regret] = []
+    skipped: dict[str, int] = defaultdict(int)
     for record in records:
-        if isinstance(record, Rollout) and (cfg.train_on_hinted or not record.hint) and record.ok:
-            plays[f"{record.env_id}:{int(record.hint)}:{record.round}"].append(record)
+        if isinstance(record, Rollout):
+            if (record.hint and not cfg.train_on_hinted) or "agent" not in cfg.roles:
+                continue
+            reward = trained_reward(record, cfg)
+            if reward is None:
+                skipped[f"agent_{record.outcome}_dropped"] += 1
+                continue
+            plays[f"{record.env_id}:{int(record.hint)}:{record.round}"].append((record, reward))
         elif isinstance(record, Design):
             designs[record.id] = record
         elif isinstance(record, Regret):
             regrets.append(record)
     samples: list[Sample] = []
-    skipped: dict[str, int] = defaultdict(int)
     if "agent" in cfg.roles:
         for group in plays.values():
-            for play in group:
-                _require_finite([play.reward], play, "reward")
-            advantages = rewards.agent_advantages([p.reward for p in group], cfg.rewards)
-            for play, advantage in zip(group, advantages):
+            for play, reward in group:
+                _require_finite([reward], play, "reward")
+            advantages = rewards.agent_advantages([reward for _, reward in group], cfg.rewards)
+            for (play, _), advantage in zip(group, advantages):
                 samples += play_samples(play, advantage, cfg, skipped)
     if "designer" in cfg.roles:
         for regret in regrets:
@@ -171,6 +186,31 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                                           design.logprobs, regret.designer_advantage,
                                           _temperature(design), design.id))
     return samples, dict(skipped)
+
+
+# The env outcome of a play whose step raised (or whose worker died or replied garbage) while
+# it took the agent's action: the reference's env wrapper (spade/core/envs/
+# synthetic_game_env.py, `step`) turns such an exception into reward -1 and ends the episode,
+# which then trains as any other. Hangs (`timeout`, `env_budget`), limits (`oom`,
+# `output_limit`) and load or reset failures are FAILED plays there, never trained.
+STEP_CRASH = "program_error"
+
+
+def crashed_step(play: Rollout) -> bool:
+    """Whether the env raised on a step after the agent acted: a `program_error` play with a
+    turn of model tokens (a load or reset that failed leaves none)."""
+    return not play.ok and play.outcome == STEP_CRASH and \
+        any(turn.completion_ids for turn in play.turns)
+
+
+def trained_reward(play: Rollout, cfg: Config) -> float | None:
+    """The reward a play trains the agent with; None: not trained (the env broke the play,
+    not the agent)."""
+    if play.ok:
+        return play.reward
+    if crashed_step(play) and not cfg.drop_env_errors:
+        return cfg.rewards.failed_play_reward
+    return None
 
 
 def play_samples(play: Rollout, advantage: float, cfg: Config,
@@ -573,7 +613,13 @@ def _start_logprobs(policy: Policy, samples: list[Sample], cfg: Config) -> list:
 
 
 LOSS_NORMS = ("sample", "token")
+# slime's `low_var_kl` (slime/utils/ppo_utils.py:47-49, the trainer of the reference) clamps
+# its k3 estimate to [-10, 10]; so does `kl_k3`. k3 is never negative, so only the upper bound
+# bites: a token past it adds 10 to the KL term and no gradient.
 KL_CLAMP = 10.0
+# a log-ratio past which k3 exceeds KL_CLAMP anyway (k3(20) = e^20 - 21); capping it there
+# changes no value or gradient and keeps exp() from overflowing into inf * 0 = NaN gradients
+KL_RATIO_CAP = 20.0
 STEP_SUMS = ("loss", "entropy", "clip_frac", "approx_kl", "tis_weight", "tis_clamped")
 
 
@@ -662,8 +708,7 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
         if policy.anchor is not None:
             with torch.no_grad():
                 anchored = policy.anchor_logprobs(packed)
-            # k3, clamped as the reference's trainer clamps it (slime's low_var_kl)
-            kl = (torch.exp(anchored - logp) - (anchored - logp) - 1).clamp(-KL_CLAMP, KL_CLAMP)
+            kl = kl_k3(torch, logp, anchored)
             loss_terms = loss_terms + cfg.kl_beta * kl
             parts["kl_ref"] = float(kl.detach().sum())
         loss = (loss_terms * per_token([weight_of[i] for i in rows])).sum()
@@ -715,6 +760,14 @@ def token_loss(torch, logp, old, sampled, advantages, cfg: Config):
              "tis_weight": float(tis.sum()),
              "tis_clamped": float((torch.exp(old - sampled) > cfg.tis_cap).float().sum())}
     return loss, parts
+
+
+def kl_k3(torch, logp, anchored):
+    """Per-token k3 estimate of KL(policy || anchor), clamped to +-KL_CLAMP as slime's
+    `low_var_kl` is: with r = anchored - logp, exp(r) - r - 1."""
+    log_ratio = torch.clamp(anchored - logp, max=KL_RATIO_CAP)
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    return torch.clamp(k3, min=-KL_CLAMP, max=KL_CLAMP)
 
 
 # -- the stage --------------------------------------------------------------------------------

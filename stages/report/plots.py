@@ -194,7 +194,7 @@ def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
             ax.set_xlim(low, 1)
             _integer_y(ax)
         for ax in axes[-1]:
-            ax.set_xlabel("win rate")
+            ax.set_xlabel("win (mean no-hint reward)")
         for ax in axes[:, 0]:
             ax.set_ylabel("envs")
     else:
@@ -205,7 +205,7 @@ def chart_wins(charts: Charts, wins: dict[int, WinRates]) -> str:
         image = fig.gca().imshow(grid, aspect="auto", origin="lower", cmap="viridis",
                                  extent=(rounds[0] - 0.5, rounds[-1] + 0.5, low, 1))
         fig.colorbar(image, label="envs")
-        fig.gca().set_ylabel("win rate")
+        fig.gca().set_ylabel("win (mean no-hint reward)")
         fig.gca().set_xlabel("round")
     return charts.save(fig, "win_rate.png", "win-rate histogram per round")
 

@@ -98,11 +98,13 @@ def wins(run: RunData, charts: Charts, numbers: Numbers) -> Section:
             plots.chart_line(charts, "learnable_share.png", "learnable share per round", shares,
                              "learnable share", (0, 1.05))
             if len(shares) > 1 and not tables.flat([s for _, s in shares]) else "")
-    body = (say(f"Win rate per env: the regret records' win (no-hint success over the window) "
-                f"for scored envs; where a round has no regret records, the share of its "
-                f"no-hint plays with reward > 0 (orange). Learnable: win in "
+    body = (say(f"Win per env: the regret records' win, the mean no-hint reward over the "
+                f"window (rewards run from -1 to 1: it is what the plateau scores, the "
+                f"reference's win rate), for scored envs; where a round has no regret records, "
+                f"the share of its no-hint plays with reward > 0 (orange). Learnable: win in "
                 f"[{tables.LEARNABLE[0]}, {tables.LEARNABLE[1]}] (green band).")
-            + charts_html + table(["round", "source", "envs (of them start pool)", "mean win",
+            + charts_html + table(["round", "source", "envs (of them start pool)",
+                                   "mean win (mean reward)",
                                    "learnable share"], rows))
     return Section("win-rate", title, body)
 
@@ -315,6 +317,6 @@ def memory(run: RunData) -> Section:
             for skill, entries in sorted(by_skill.items())]
     body = (f"<p>{len(run.memory)} entries in <code>{esc(run.memory_file)}</code>, the memory "
             f"at the end of the run (round −1: seed library).</p>"
-            + table(["skill", "entries", "mean win", "mean regret", "oldest round",
+            + table(["skill", "entries", "mean win rate (share won)", "mean regret", "oldest round",
                      "newest round"], rows))
     return Section("memory", "Memory", body)

@@ -138,3 +138,18 @@ def test_the_context_length_reaches_each_backend_as_its_own_option(tmp_path):
     assert backend_spec("hf", str(model), None, None, None, 32768).options == {
         "context_length": 32768}
     assert backend_spec("hf", str(model), None, None, None).options == {}
+
+
+@pytest.mark.parametrize("path", [p for p in PAPER if "games" in p.stem and "fixed" not in p.stem],
+                         ids=lambda p: p.stem)
+def test_a_games_recipe_gives_the_designer_the_references_scale(path):
+    """The reference plays ceil(192 / 24) = 8 no-hint plays per game, so its designer scale is
+    8 x 24 / 24 x k = 32 (ref spade/core/utils/rewards.py compute_env_reward_scale)."""
+    from stages import rewards
+
+    recipe = tomllib.loads(path.read_text())
+    stages = {(s["command"], s.get("hint")): s for s in recipe["stage"]}
+    design, plays = stages[("design", None)], stages[("rollout", False)]["plays"]
+    scale = rewards.designer_scale(plays * design["batch"], design["batch"], design["every"],
+                                   rewards.RewardConfig())
+    assert plays * design["batch"] == 192 and scale == 32.0

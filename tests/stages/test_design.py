@@ -37,6 +37,39 @@ def test_consecutive_env_sets_cover_every_skill_whatever_k():
     assert [s.skill for s in slots].count("spatial") == 8
 
 
+# Slot skills of the first env set (round 0, games) for (batch, active skills). The values come
+# from running the reference's rule, slot i -> skills[i % len(skills)] (spade-rl/spade
+# spade/core/orchestrator.py, the per-game skill in its batch of generations), over the same
+# active skills; the per-skill counts follow from them.
+DE, SP, AR, IN, PL, ME = "deduction", "spatial", "arithmetic", "induction", "planning", "memory"
+REFERENCE_SLOT_SKILLS = {
+    # counts 3, 3, 3, 3, 2, 2 (spade's old rule gave 3, 3, 2, 3, 3, 2)
+    (16, 6): [DE, SP, AR, IN, PL, ME, DE, SP, AR, IN, PL, ME, DE, SP, AR, IN],
+    (24, 3): [DE, SP, AR] * 8,  # 8 each
+    (2, 4): [DE, SP],  # arithmetic and induction get no slot
+    (6, 4): [DE, SP, AR, IN, DE, SP],  # counts 2, 2, 1, 1
+    (5, 2): [DE, SP, DE, SP, DE],  # counts 3, 2
+}
+
+
+def test_slots_take_the_set_skills_in_turn_as_the_reference_does():
+    for (batch, count), expected in REFERENCE_SLOT_SKILLS.items():
+        slots = stage.fresh_slots(stage.Config(batch=batch, active_skills=count))
+        assert [s.skill for s in slots] == expected, (batch, count)
+        assert [s.slot for s in slots] == list(range(batch))
+    counts = [s.skill for s in stage.fresh_slots(stage.Config(batch=16, active_skills=6))]
+    assert [counts.count(skill) for skill in (DE, SP, AR, IN, PL, ME)] == [3, 3, 3, 3, 2, 2]
+
+
+def test_tool_use_domains_are_the_reference_ten():
+    """The reference's ten application areas (retail, travel, telecom, banking, calendar, files,
+    shopping cart, support tickets, smart home, project tracker), in our words."""
+    assert len(set(stage.APP_DOMAINS)) == 10
+    for word in ("retail", "flight", "telecom", "bank", "calendar", "file", "cart", "support",
+                 "smart home", "project"):
+        assert sum(word in domain for domain in stage.APP_DOMAINS) == 1, word
+
+
 def test_records_carry_prompt_tokens_logprobs_and_lineage():
     memories = memory_store.seed(list(read([str(seed_library.ENV_SHARD)])))
     cfg = stage.Config(batch=3, seed=5)
@@ -113,5 +146,5 @@ def test_rotation_can_be_restricted_to_named_skills():
     pool = ("arithmetic", "induction")
     for design_round in (0, 4, 8):
         cfg = stage.Config(round=design_round, active_skills=2, skills=pool, batch=4)
-        assert [s.skill for s in stage.fresh_slots(cfg)] == ["arithmetic", "arithmetic",
-                                                              "induction", "induction"]
+        assert [s.skill for s in stage.fresh_slots(cfg)] == ["arithmetic", "induction",
+                                                              "arithmetic", "induction"]

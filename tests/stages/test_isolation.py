@@ -33,8 +33,10 @@ def seed_envs(count: int) -> list[Env]:
 
 
 def poisoned_first(envs: list[Env]) -> list[Env]:
-    """The envs, the first carrying a hint that marks its plays' prompts (played with hints)."""
-    return [envs[0].model_copy(update={"hint": POISON})] + envs[1:]
+    """The envs, the first carrying a hint that marks its plays' prompts, the others a plain
+    one (played with hints: a hinted stage plays only envs that have one)."""
+    return [envs[0].model_copy(update={"hint": POISON})] + [
+        env.model_copy(update={"hint": "Think before you act."}) for env in envs[1:]]
 
 
 class NaNLogprobs(ScriptedBackend):

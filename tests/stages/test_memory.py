@@ -32,7 +32,7 @@ def test_update_refreshes_and_caps():
                             source=f"src {i}", source_hash=str(i), max_turns=5) for i in range(5)}
     store = memory.seed(envs.values())
     assert [m.win_rate for m in store] == [0.5] * 5
-    regrets = [Regret(env_id="env_0", win=0.2, regret=0.4, round=3)]
+    regrets = [Regret(env_id="env_0", win=-0.1, solve_rate=0.2, regret=0.4, round=3)]
     updated = memory.update(store, envs, regrets, cap=3)
     assert len(updated) == 3
     assert updated[-1].env_id == "env_0" and updated[-1].win_rate == 0.2
@@ -46,3 +46,17 @@ def test_describe_shows_positives_as_code_and_negatives_by_class_name_only():
     assert "win rate: 0.40, regret: 0.30" in good and "```python\na\n```" in good
     assert "too easy (win rate 0.97): class BadEnv" in bad
     assert "secret code" not in bad and "```" not in bad
+
+
+def test_an_entrys_win_rate_is_the_share_of_plays_won_and_ties_keep_memory_order():
+    """The reference stores the share of plays with reward > 0, and sorts positives by regret
+    alone, stably: of twelve equal regrets, the ten oldest entries form the pool."""
+    names = [f"env_{c}" for c in "zyxwvutsrqab"]  # the two newest sort first by name
+    envs = {n: Env(id=n, domain="game", skill="spatial", class_name="XEnv", source=n,
+                   source_hash=n, max_turns=5) for n in names}
+    regrets = [Regret(env_id=n, win=-0.046, solve_rate=0.5, regret=0.3, round=0) for n in names]
+    store = memory.update([], envs, regrets)
+    assert [m.win_rate for m in store] == [0.5] * 12
+    picked = {m.env_id for seed in range(50)
+              for m in memory.examples(store, "spatial", random.Random(seed))[0]}
+    assert picked <= set(names[:10]) and len(picked) > 5

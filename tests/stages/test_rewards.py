@@ -21,7 +21,7 @@ def test_regret_and_its_normalisation():
     assert rewards.regret([1, 1, 0, 0], [0, 0, 0, 1]) == pytest.approx(0.25)
     assert rewards.regret_n(0.075, CFG) == pytest.approx(0.5)
     assert rewards.regret_n(0.3, CFG) == 1.0 and rewards.regret_n(-0.2, CFG) == 0.0
-    assert rewards.regret([], [1.0]) == 0.0 and rewards.regret([1.0], []) == 0.0
+    assert rewards.regret([], [0.5]) == -0.5 and rewards.regret([1.0], []) == 1.0  # ref: 0 default
 
 
 def test_blend_and_ablation_variants():
@@ -44,7 +44,8 @@ def test_designer_advantage_centres_per_skill_without_std():
 def test_designer_scale_is_capped():
     assert rewards.designer_scale(192, 24, 4, CFG) == 32.0
     assert rewards.designer_scale(10_000, 1, 4, CFG) == 50.0
-    assert rewards.designer_scale(5, 0, 4, CFG) == 0.0
+    assert rewards.designer_scale(5, 0, 4, CFG) == 1.0  # ref compute_env_reward_scale
+    assert rewards.designer_scale(0, 24, 4, CFG) == 1.0
 
 
 def test_agent_advantage_zscore_and_degenerate_groups():

@@ -88,6 +88,13 @@ def test_hint_goes_into_the_first_observation_only(jail_available):
     assert play.hint is True and play.meta["hint_text"] == "knock, knock, knock"
 
 
+def test_a_hinted_stage_does_not_play_an_env_without_a_hint(jail_available):
+    cfg = stage.Config(plays=1, hint=True, sandbox=CFG.sandbox)
+    plays = list(stage.run([env(), env(hint="knock, knock, knock", max_turns=5)],
+                           scripted("knock"), cfg))
+    assert [p.meta["hint_text"] for p in plays] == ["knock, knock, knock"]
+
+
 def test_crashing_env_is_a_recorded_outcome(jail_available):
     play = next(stage.run([env()], scripted("CRASH"), CFG))
     assert play.outcome == "program_error" and play.ok is False and play.reward == 0.0

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from stages import score_regret as stage
-from stages.records import Env, Regret, Rollout, Validation
+from stages.records import Env, Regret, Rollout, Turn, Validation
 from stages.rewards import RewardConfig
 
 
@@ -39,11 +39,6 @@ def test_window_excludes_old_rounds():
     records = [env("a")] + plays("env_a", [0, 0], round=0) + plays("env_a", [1, 1], round=5)
     (regret,), _ = score(records, round=5, window=4)
     assert regret.win == 1.0 and regret.n_no_hint == 2
-
-
-def test_no_hinted_plays_means_zero_regret():
-    (regret,), _ = score([env("a")] + plays("env_a", [1, 0]))
-    assert regret.regret == 0.0 and regret.hint_reward is None
 
 
 def test_rejected_designs_are_discarded_by_default():
@@ -137,10 +132,51 @@ def test_diagnostics():
     assert diag.zero_variance_share == 0.5
 
 
-def test_win_is_the_mean_reward_with_broken_plays_counted_minus_one():
-    records = [env("a")] + plays("env_a", [1, 0.5, 0]) + plays("env_a", [0], outcome="timeout")
+def crashed(env_id, hint=False, round=0):
+    """A play whose env step raised after the agent acted: the reference scores it -1."""
+    return Rollout(env_id=env_id, hint=hint, round=round, seed=99, outcome="program_error",
+                   ok=False, turns=[Turn(action="\\boxed{1}", completion="\\boxed{1}")])
+
+
+def test_a_step_that_raised_counts_minus_one_and_a_hang_is_left_out():
+    """As the reference: the raised step's play completes with -1; a hung play, or one whose
+    reset failed, never completes, so no mean sees it."""
+    records = [env("a")] + plays("env_a", [1, 0.5, 0]) + [crashed("env_a")] \
+        + plays("env_a", [0], outcome="timeout") + plays("env_a", [0], outcome="program_error")
     (regret,), _ = score(records)
     assert regret.win == pytest.approx((1 + 0.5 + 0 - 1) / 4)
+    assert regret.solve_rate == pytest.approx(2 / 4)
+
+
+def test_regret_counts_a_crashed_hinted_play_minus_one():
+    records = [env("a")] + plays("env_a", [1, 1, 1], hint=True) + [crashed("env_a", hint=True)] \
+        + plays("env_a", [0, 0, 1, 1])
+    (regret,), _ = score(records)
+    assert regret.hint_reward == pytest.approx(0.5) and regret.regret == pytest.approx(0.0)
+
+
+def test_a_hint_round_whose_no_hint_plays_were_all_lost_compares_with_the_next_round():
+    records = [env("a")] + plays("env_a", [1, 1], hint=True) \
+        + plays("env_a", [0, 0], outcome="timeout") + plays("env_a", [1, 0, 0, 0], round=1)
+    (regret,), _ = score(records, round=1)
+    assert regret.no_hint_reward == 0.25 and regret.regret == 0.75
+
+
+def test_an_env_whose_hint_could_not_be_written_has_regret_minus_its_no_hint_mean():
+    """The reference's r_hint defaults to 0 when no hinted play exists."""
+    records = [env("a")] + plays("env_a", [-0.5, -0.5, 0, 0])
+    (regret,), _ = score(records)
+    assert regret.hint_reward is None and regret.regret == pytest.approx(0.25)
+
+
+def test_the_regret_variant_pays_minus_half_for_an_env_whose_step_timed_out():
+    records = [env("a"), env("b")] + plays("env_a", [1, 1], hint=True) + plays("env_a", [0, 0]) \
+        + plays("env_a", [0], outcome="timeout") + plays("env_b", [1, 1], hint=True) \
+        + plays("env_b", [0, 1])
+    regrets, _ = score(records, rewards=RewardConfig(variant="regret", regret_scale=1.0))
+    by_env = {r.env_id: r for r in regrets}
+    assert by_env["env_a"].designer_reward == -0.5  # ref STEP_TIMEOUT_PENALTY
+    assert by_env["env_b"].designer_reward == 0.5  # max(0, regret), not capped
 
 
 def test_designer_scale_counts_this_rounds_no_hint_plays():
@@ -153,13 +189,21 @@ def test_designer_scale_counts_this_rounds_no_hint_plays():
     assert {r.meta["scale"] for r in regrets} == {32.0}
 
 
-def test_learning_potential_updates_the_skill_ema_with_the_window_before_scoring():
-    """mu <- (1 - gamma) mu + gamma r with gamma 0.85, current window included."""
-    history = [Regret(env_id="env_old", skill="spatial", round=0, win=0.2)]
-    records = [env("a")] + plays("env_a", [1, 1, 1, 0], round=1) + history
-    (regret,), _ = score(records, round=1, rewards=RewardConfig(variant="learning_potential"))
-    mu = 0.15 * 0.2 + 0.85 * 0.75
-    assert regret.designer_reward == pytest.approx(abs(0.75 - mu))
+def test_learning_potential_updates_the_skill_ema_once_per_env_set_with_its_whole_window():
+    """k = 2: set 0's last round (1) updates the tracker once, its plays pooled; rounds that
+    close no set do not; then the current window. Expected values from the reference's
+    LearningPotential(0.98, 0.85) fed the same pooled means: baseline 0.36875."""
+    history = [Regret(env_id="env_x", skill="spatial", round=1, win=0.5, n_no_hint=4),
+               Regret(env_id="env_y", skill="spatial", round=1, win=0.25, n_no_hint=8),
+               Regret(env_id="env_x", skill="spatial", round=0, win=0.9, n_no_hint=2),
+               Regret(env_id="env_a", skill="spatial", round=2, win=0.9, n_no_hint=4)]
+    records = [env("a"), env("b")] + history \
+        + plays("env_a", [1, 1, 0, 0], round=2) + plays("env_a", [1, 1, 1, 0], round=3) \
+        + plays("env_b", [0, 0, 0, 0], round=2) + plays("env_b", [1, 0, 0, 0], round=3)
+    regrets, _ = score(records, round=3, window=2,
+                       rewards=RewardConfig(variant="learning_potential"))
+    assert [r.designer_reward for r in regrets] == [pytest.approx(0.25625),
+                                                     pytest.approx(0.24375)]
 
 
 def test_variance_term_adds_the_reference_solver_variance_reward():
@@ -172,3 +216,11 @@ def test_variance_term_adds_the_reference_solver_variance_reward():
     assert by_env["env_b"].designer_reward == pytest.approx(math.exp(-0.25 ** 2 / 0.02))
     plain = {r.env_id: r for r in score(records, rewards=RewardConfig(variant="regret"))[0]}
     assert plain["env_a"].designer_reward == 0.0
+
+
+def test_solve_rate_is_the_references_memory_win_rate_and_win_the_mean_reward():
+    """The audit's case: the reference's memory stores sum(r > 0) / len = 0.5 for these plays;
+    the plateau's win is their mean, -0.046."""
+    rewards = [0.277, -0.091, 0.507, -0.719, 0.499, -0.431, 0.526, -0.934]
+    (regret,), _ = score([env("a")] + plays("env_a", rewards))
+    assert regret.solve_rate == 0.5 and regret.win == pytest.approx(-0.04575)

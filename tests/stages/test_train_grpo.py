@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from stages import train_grpo as stage  # noqa: E402
 from stages.backends import BackendSpec, Sampling, load_backend  # noqa: E402
-from stages.records import Design, Regret, Rollout, Turn  # noqa: E402
+from stages.records import Design, Failure, Regret, Rollout, Turn  # noqa: E402
 
 CFG = stage.Config()
 
@@ -252,6 +252,107 @@ def test_designer_samples_come_from_regret_and_design_records():
     samples, skipped = stage.build_samples([design, regret, orphan, hinted], CFG)
     assert [(s.role, s.advantage, s.temperature) for s in samples] == [("designer", 2.5, 0.6)]
     assert skipped == {"designer_without_design_record": 1}
+
+
+def crashed(play, outcome="program_error"):
+    """`play` as the rollout stage records one the env broke: its last turn (the step that
+    failed) keeps the agent's completion and has no observation; reward 0, ok false."""
+    last = play.turns[-1].model_copy(update={"observation": "", "reward": 0.0}) \
+        if play.turns else None
+    return play.model_copy(update={
+        "id": "", "ok": False, "outcome": outcome, "reward": 0.0, "terminated": False,
+        "error": Failure(type=f"env.{outcome}", msg="boom"),
+        "turns": play.turns[:-1] + [last] if last else []})
+
+
+def env_fault_group(outcome="program_error"):
+    plays = [multi_turn_play(seed=s, reward=r) for s, r in enumerate([1.0, 0.0, 1.0])]
+    broken = crashed(multi_turn_play(seed=3, reward=1.0), outcome)
+    return plays, Rollout.model_validate(broken.model_dump())  # a fresh id, as read
+
+
+def test_a_play_whose_env_step_raised_trains_with_reward_minus_one():
+    """The reference's env wrapper scores a step that raises -1 and completes the episode: it
+    trains, in its env's group, and moves the other plays' advantages."""
+    from stages import rewards
+
+    plays, broken = env_fault_group()
+    samples, skipped = stage.build_samples(plays + [broken], CFG)
+    assert skipped == {}
+    by_play = {s.source: s for s in samples}
+    assert set(by_play) == {p.id for p in plays + [broken]}
+    expected = rewards.agent_advantages([1.0, 0.0, 1.0, -1.0], CFG.rewards)
+    assert [by_play[p.id].advantage for p in plays + [broken]] == pytest.approx(expected)
+    # its last turn, which has no observation, closes one valid sequence with loss on every
+    # completion the agent wrote
+    sample, last = by_play[broken.id], broken.turns[-1]
+    assert sample.ids == last.prompt_ids + last.completion_ids and not sample.per_turn
+    assert [sample.ids[p] for p in sample.loss_positions] == \
+        [tok for t in broken.turns for tok in t.completion_ids]
+    assert sample.sampled_logprobs == [lp for t in broken.turns for lp in t.logprobs]
+    # without it the ok plays' advantages differ (the old rule, --drop-env-errors)
+    kept, skipped = stage.build_samples(plays + [broken], stage.Config(drop_env_errors=True))
+    assert skipped == {"agent_program_error_dropped": 1}
+    assert [s.source for s in kept] == [p.id for p in plays]
+    assert [s.advantage for s in kept] == pytest.approx(
+        rewards.agent_advantages([1.0, 0.0, 1.0], CFG.rewards))
+    assert [s.advantage for s in kept] != pytest.approx(expected[:3])
+
+
+@pytest.mark.parametrize("outcome", ["timeout", "oom", "output_limit", "env_budget",
+                                     "blacklisted", "sandbox_failure", "internal_error"])
+@pytest.mark.parametrize("drop", [False, True])
+def test_plays_that_hung_or_hit_a_limit_are_dropped_either_way(outcome, drop):
+    plays, broken = env_fault_group(outcome)
+    samples, skipped = stage.build_samples(plays + [broken],
+                                           stage.Config(drop_env_errors=drop))
+    assert [s.source for s in samples] == [p.id for p in plays]
+    assert skipped == {f"agent_{outcome}_dropped": 1}
+    assert [s.advantage for s in samples] == pytest.approx([0.7071067, -1.4142135, 0.7071067])
+
+
+def test_a_program_error_before_the_agent_acted_is_dropped():
+    """A load or reset that raised leaves no turn: a FAILED play, never trained."""
+    plays, _ = env_fault_group()
+    no_turns = crashed(Rollout(env_id="env_m", seed=9))
+    samples, skipped = stage.build_samples(plays + [no_turns], CFG)
+    assert [s.source for s in samples] == [p.id for p in plays]
+    assert skipped == {"agent_program_error_dropped": 1}
+
+
+def test_a_crashed_play_trains_end_to_end(tiny_model, tmp_path):
+    plays, broken = env_fault_group()
+    records, out, info = stage.run(plays + [broken], tiny_model, str(tmp_path / "ckpt"),
+                                   stage.Config(lr=1e-3, weight_decay=0.0))
+    assert info["roles"]["agent"] == 4 and info["skipped"] == {} and out is not None
+    assert broken.id in records[0].parents
+    assert records[0].stats["agent_adv_min"] == pytest.approx(
+        min(stage.build_samples([*plays, broken], CFG)[0], key=lambda s: s.advantage).advantage)
+    assert all(math.isfinite(v) for v in records[0].stats.values())
+
+
+@pytest.mark.parametrize("log_ratio", [50.0, -50.0, 100.0, 1e30])
+def test_an_extreme_token_adds_exactly_the_clamp_to_the_kl_term(log_ratio):
+    """slime's low_var_kl clamps k3 at 10: past it a token adds 10 and no gradient."""
+    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
+    anchored = torch.tensor([-1.0 + log_ratio, -1.0])  # the second token: policy = anchor
+    kl = stage.kl_k3(torch, logp, anchored)
+    assert kl.tolist() == [10.0, 0.0] and stage.KL_CLAMP == 10.0
+    kl.sum().backward()
+    assert logp.grad.tolist() == [0.0, 0.0]
+
+
+def test_ordinary_tokens_keep_the_unclamped_k3_and_its_gradient():
+    log_ratio = torch.linspace(-2.0, 2.0, 41, dtype=torch.float64)  # k3(2) = 4.39 < 10
+    logp = torch.zeros(41, dtype=torch.float64, requires_grad=True)
+    kl = stage.kl_k3(torch, logp, log_ratio)
+    expected_logp = torch.zeros(41, dtype=torch.float64, requires_grad=True)
+    r = log_ratio - expected_logp
+    expected = torch.exp(r) - r - 1
+    torch.testing.assert_close(kl, expected, atol=0, rtol=0)
+    kl.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(logp.grad, expected_logp.grad, atol=0, rtol=0)
 
 
 def test_samples_without_token_ids_are_skipped_and_counted():
