@@ -88,6 +88,10 @@ GENERIC_ACTIONS = ("\\boxed{}", "\\boxed{0}", "\\boxed{1}", "\\boxed{yes}", "\\b
 IDLE_ACTION = {"game": "\\boxed{}", "tool_use": "<answer>done</answer>"}
 IDLE_SEEDS = 3  # doing nothing is played on the first seeds only: it never wins by luck
 FENCE_RE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+# The longest env source accepted (UTF-8 bytes): the seed library's largest env is about 9 KiB;
+# a 50 MB one cost `spade hint` 10 GB and two minutes.
+MAX_SOURCE_BYTES = 256 << 10
+ANSWER_DONE_RE = re.compile(r"<answer>\s*done\s*</answer>", re.I)
 
 
 class ContractError(Exception):
@@ -125,17 +129,31 @@ class EnvFacts:
 # -- static checks: they never run the code ------------------------------------------------------
 
 def extract(text: str) -> str:
-    """The ```python block of a model's answer (the longest, when there are several)."""
+    """The ```python block of a model's answer (the longest, when there are several), at most
+    MAX_SOURCE_BYTES long."""
     blocks = [b for b in FENCE_RE.findall(text) if b.strip()]
     if not blocks:
         raise ContractError("extract", "no ```python code block in the answer")
-    return max(blocks, key=len).strip("\n") + "\n"
+    return check_size(max(blocks, key=len).strip("\n") + "\n")
+
+
+def check_size(source: str) -> str:
+    """`source`, unless it is longer than MAX_SOURCE_BYTES (an `extract` reject)."""
+    size = len(source) if len(source) > MAX_SOURCE_BYTES else len(
+        source.encode("utf-8", "surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        raise ContractError("extract", f"the env's source is {size} bytes, more than the "
+                            f"{MAX_SOURCE_BYTES} ({MAX_SOURCE_BYTES >> 10} KiB) an env may have")
+    return source
 
 
 _AST_LOCK = threading.Lock()
 
 
 def parse(source: str) -> ast.Module:
+    """The source's AST. A syntax error, a null byte, or nesting too deep for Python's parser
+    (MemoryError or RecursionError in ast.parse, e.g. 100k nested unary minus) is a `parse`
+    reject: the interpreter in the jail could not compile it either."""
     # CPython 3.11's AST constructor keeps a recursion counter that concurrent ast.parse calls
     # corrupt ("AST constructor recursion depth mismatch"); validate runs checks in threads.
     try:
@@ -145,6 +163,10 @@ def parse(source: str) -> ast.Module:
         raise ContractError("parse", f"line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # null bytes
         raise ContractError("parse", str(exc)) from None
+    except (MemoryError, RecursionError) as exc:
+        raise ContractError("parse", f"the source nests too deeply for Python's parser "
+                            f"({type(exc).__name__}{': ' + str(exc) if str(exc) else ''}); "
+                            "write long expressions as loops or data") from None
 
 
 def import_problem(name: str) -> str | None:
@@ -254,8 +276,12 @@ def takes_max_turns(cls: ast.ClassDef) -> bool:
 
 def static_checks(text: str, is_source: bool = False) -> str:
     """extract, parse, structure; returns the source."""
-    source = text if is_source else extract(text)
-    structure(parse(source))
+    source = check_size(text) if is_source else extract(text)
+    try:
+        structure(parse(source))
+    except RecursionError:  # a tree ast.parse built but too deep to walk
+        raise ContractError("parse", "the source nests too deeply to check "
+                            "(RecursionError); write long expressions as loops or data") from None
     return source
 
 
@@ -411,22 +437,24 @@ def trace(probe: Probe, seed: int, actions: list[str]) -> list:
     return steps
 
 
-def check_determinism(probe: Probe, seed: int, solved: Solved, facts: EnvFacts) -> None:
+def check_determinism(probe: Probe, seed: int, solved: Solved, facts: EnvFacts,
+                      global_random: str | None = None) -> None:
     """The whole solution (for an env without one, the generic actions for max_turns), replayed
     twice from the same seed, gives the same episode, which starts as it did in the solution
-    worker."""
+    worker. `global_random` (global_random_use) is added to a failure's message."""
     probe.check = "determinism"
+    why = f": {global_random}" if global_random else ""
     actions = (generic_actions(facts.max_turns) if solved.actions is None
                else solved.actions) + [PROBE_ACTION]
     first, second = trace(probe, seed, actions), trace(probe, seed, actions)
     if first[0] != solved.first:
         raise ContractError("determinism", f"reset(seed={seed}) gave different results in two "
-                            "workers")
+                            f"workers{why}")
     for index, (a, b) in enumerate(zip(first, second)):
         if a != b:
             where = f"reset(seed={seed})" if index == 0 else f"step {index}"
             raise ContractError("determinism", f"same seed and actions gave different results "
-                                f"at {where}")
+                                f"at {where}{why}")
 
 
 def check_garbage(probe: Probe, seed: int) -> None:
@@ -470,7 +498,12 @@ def generic_actions(max_turns: int) -> list[str]:
     return [generic_action(turn) for turn in range(max_turns)]
 
 
-def check_oracle(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> None:
+def check_oracle(probe: Probe, facts: EnvFacts, solved: dict[int, Solved],
+                 global_random: str | None = None, own_api: bool = True) -> None:
+    """Replaying each seed's solution() wins. A loss says why, where it can tell: the env draws
+    from the global `random` module (`global_random`, from `global_random_use`), a tool-use
+    criterion raises after the solution's actions, or a tool-use solution never answers
+    `<answer>done</answer>` (`own_api`: our ToolUseBaseEnv, not the reference's)."""
     probe.check = "oracle"
     for seed, solution in solved.items():
         actions = solution.actions
@@ -479,8 +512,89 @@ def check_oracle(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> No
                                 f"more than max_turns={facts.max_turns}")
         terminated, reward = play(probe, seed, replay(actions), len(actions))
         if not terminated or reward <= 0:
-            raise ContractError("oracle", f"replaying solution() for seed {seed} did not win "
-                                f"(terminated={terminated}, reward={reward})")
+            lost = (f"replaying solution() for seed {seed} did not win "
+                    f"(terminated={terminated}, reward={reward})")
+            why = oracle_reason(probe, facts, actions, global_random, own_api)
+            raise ContractError("oracle", f"{lost}: {why}" if why else lost)
+
+
+def oracle_reason(probe: Probe, facts: EnvFacts, actions: list[str], global_random: str | None,
+                  own_api: bool) -> str | None:
+    """Why a replayed solution lost, when the env shows it (after the replay, before reset)."""
+    if global_random:
+        return global_random
+    if facts.domain != "tool_use" or not own_api:
+        return None
+    try:
+        status = probe.call("criteria").result
+    except ContractError:
+        status = None
+    status = status if isinstance(status, list) else []
+    for index, value in enumerate(status):
+        if value is not True and value is not False:
+            return (f"criterion {index + 1} raises after the solution's actions ({value}); a "
+                    "criterion that raises counts as not met, so its request never completes: "
+                    "make it return False instead")
+    if not any(ANSWER_DONE_RE.search(action) for action in actions):
+        met = f"{sum(v is True for v in status)} of {len(status)} criteria hold"
+        return (f"solution() never answers <answer>done</answer> ({met} after its actions); a "
+                "tool-use episode ends only with it: make it solution()'s last action")
+    if status and not all(value is True for value in status):
+        return f"{sum(v is True for v in status)} of {len(status)} criteria hold after its actions"
+    return None
+
+
+RANDOM_STATE = {"seed", "setstate"}  # a global random seeded from the episode's seed is fine
+
+
+def global_random_use(tree: ast.Module) -> str | None:
+    """The env class's reset/setup (and the methods of its own they call) drawing from the
+    global `random` module instead of `self.rng`/`random.Random(seed)`, as a reason, or None.
+    A class that seeds the global module there (`random.seed(seed)`, the reference's way) is
+    fine."""
+    try:
+        cls = env_class.env_class(tree)
+    except env_class.EnvClassError:
+        return None
+    modules, functions = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == "random"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "random" and node.level == 0:
+            functions |= {a.asname or a.name for a in node.names
+                          if a.name not in ("Random", "SystemRandom")}
+    if not modules and not functions:
+        return None
+    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo, seen, found = [m for m in ("reset", "setup") if m in methods], set(), None
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(methods[name]):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if func.value.id == "self" and func.attr in methods:
+                    todo.append(func.attr)
+                elif func.value.id in modules:
+                    if func.attr in RANDOM_STATE:
+                        return None
+                    if func.attr not in ("Random",) and found is None:
+                        found = (name, node.lineno, f"{func.value.id}.{func.attr}")
+            elif isinstance(func, ast.Name) and func.id in functions:
+                if func.id in RANDOM_STATE:
+                    return None
+                if found is None:
+                    found = (name, node.lineno, func.id)
+    if found is None:
+        return None
+    method, line, call = found
+    return (f"{method}() draws from the global random module (line {line}: {call}), not "
+            "self.rng or random.Random(seed): the same seed gives each worker another episode, "
+            "so solution(), computed in another worker, does not fit it; draw from self.rng")
 
 
 def wins_most(episodes: list[Callable[[], bool]]) -> str | None:
@@ -564,7 +678,10 @@ def runtime_checks(sandbox: Sandbox, source: str, seeds: Seeds | Sequence[int]) 
     if len(set(seeds.used)) < 2:
         raise ValueError("runtime checks need at least two distinct seeds")
     first_seeds = list(seeds.used)  # the solving thread may draw spares onto seeds.used
-    env = structure(parse(source))
+    tree = parse(source)
+    env = structure(tree)
+    global_random = global_random_use(tree)
+    own_api = not reference_tool_base.reference_api(tree)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="solve") as side:
         solving = side.submit(solve, sandbox, source, seeds, env)
         with Worker(sandbox) as worker:
@@ -575,10 +692,10 @@ def runtime_checks(sandbox: Sandbox, source: str, seeds: Seeds | Sequence[int]) 
             solved = solving.result()
             check_reset(probe, seeds.used[len(first_seeds):])
             played = list(solved)
-            check_determinism(probe, played[0], solved[played[0]], facts)
+            check_determinism(probe, played[0], solved[played[0]], facts, global_random)
             check_garbage(probe, played[1])
             if facts.oracle:
-                check_oracle(probe, facts, solved)
+                check_oracle(probe, facts, solved, global_random, own_api)
             check_trivial(probe, facts, solved)
             if facts.domain == "tool_use":
                 check_reset_gate(probe, played)

@@ -35,8 +35,9 @@ EPERM, what a stdlib-only env never needs and kernel privilege escalations start
 kafel also kills any syscall made through another ABI (32-bit `int 0x80`); x32 syscall numbers
 are not filtered, which is safe only on kernels built or booted without x32 (most distributions;
 tests/sandbox/test_seccomp.py checks it here).
-What it does not cover: CPU time between calls is shared with the host (no cgroup cpu quota by
-default); an env can lie about its own results through the protocol (validation treats replies
+What it does not cover: CPU time is shared with the host; where the cgroup v1 cpu controller is
+usable, each jail is held to Limits.cpu_ms_per_sec and all jails together to a low cpu.shares
+(cgroup_controllers), otherwise only the CPU-seconds rlimit bounds them; an env can lie about its own results through the protocol (validation treats replies
 as data). `mode="none"` is a plain subprocess with rlimits: NOT a security boundary.
 """
 
@@ -75,6 +76,7 @@ log = logging.getLogger(__name__)
 OUTCOMES = ("ok", "program_error", "timeout", "oom", "output_limit", "sandbox_failure")
 JAIL_UID = "99999:65534"  # inside:outside; a bare inside uid would map to root outside
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+JAIL_CPU_SHARES = 256  # cpu.shares of the jails' parent cgroup (a host process weighs 1024)
 WORKER_FILES = ("worker.py", "tool_base.py", "reference_tool_base.py", "math_verify_shim.py",
                 "env_class.py")
 
@@ -94,6 +96,7 @@ class Limits:
     fsize_mb: int = 8  # largest file the env may write; also caps its stdout/stderr
     tmpfs_mb: int = 16
     reply_bytes: int = 4 << 20  # longest reply line accepted from the worker
+    cpu_ms_per_sec: int = 1000  # CPU quota per jail (one core) where the cgroup cpu controller is
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,13 @@ _cgroup_state: dict[str, bool] = {}
 
 
 def cgroup_controllers() -> dict[str, bool]:
-    """Make the cgroup v1 parents nsjail needs (memory, pids); report which are usable."""
+    """Make the cgroup v1 parents nsjail needs (memory, pids, cpu); report which are usable.
+
+    With the cpu controller, the jails' parent cgroup gets cpu.shares JAIL_CPU_SHARES (all jails
+    together weigh a quarter of one ordinary host process when the CPUs are contended, so env
+    code cannot starve the engine) and each jail a quota of Limits.cpu_ms_per_sec; without it
+    (cgroup v2, or no permission) neither is set, silently: the rlimit on CPU seconds still
+    bounds each jail."""
     with _cgroup_lock:
         if _cgroup_state:
             return _cgroup_state
@@ -194,8 +203,14 @@ def cgroup_controllers() -> dict[str, bool]:
                     (base / "NSJAIL").mkdir(exist_ok=True)
                     usable = True
                 except OSError as exc:
-                    log.warning("cgroup %s: cannot create %s (%s)", controller, base / "NSJAIL",
-                                exc.strerror)
+                    (log.debug if controller == "cpu" else log.warning)(
+                        "cgroup %s: cannot create %s (%s)", controller, base / "NSJAIL",
+                        exc.strerror)
+            if usable and controller == "cpu":
+                try:  # all jails together weigh a quarter of one host task under contention
+                    (base / "NSJAIL" / "cpu.shares").write_text(str(JAIL_CPU_SHARES))
+                except OSError:
+                    pass
             _cgroup_state[controller] = usable
         if not _cgroup_state["memory"]:
             log.warning("no cgroup memory limit: memory is capped by the address-space rlimit only")
@@ -258,6 +273,8 @@ def nsjail_argv(nsjail: str, python: str, worker_dir: str, limits: Limits, log_p
         argv += ["--cgroup_mem_max", str(limits.memory_mb * 1024 * 1024)]
     if cgroups.get("pids"):
         argv += ["--cgroup_pids_max", str(limits.pids)]
+    if cgroups.get("cpu") and limits.cpu_ms_per_sec > 0:
+        argv += ["--cgroup_cpu_ms_per_sec", str(limits.cpu_ms_per_sec)]
     for key, value in env.items():
         argv += ["-E", f"{key}={value}"]
     return argv + ["--", python, *PYTHON_FLAGS, "/spade/worker.py"]

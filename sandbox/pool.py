@@ -7,7 +7,9 @@ Out: `take()` hands out a started worker.
 Guarantees: workers are env-agnostic until `load`, so which play gets which worker changes no
 result (runs stay reproducible); starting happens on background threads, overlapping with
 model loading and generation; `close()` stops every worker it still holds; a jail that cannot
-start surfaces as SandboxUnavailable from `take()`. Each worker serves exactly one play: a pool
+start surfaces as SandboxUnavailable from `take()`. `fit_concurrency` is the one check of
+how many jails at once the host's memory holds (each jail's memory limit is its own), used by
+`spade rollout` and `spade validate` at start. Each worker serves exactly one play: a pool
 never hands a used worker out again, and `retire()` stops used ones off the critical path.
 """
 
@@ -21,6 +23,35 @@ from sandbox.jail import Sandbox
 
 if TYPE_CHECKING:
     from stages.executor import Executor, JailWorker
+
+
+def available_mb(meminfo: str = "/proc/meminfo") -> int | None:
+    """The host's MemAvailable in MiB, or None where it cannot be read (not Linux)."""
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def fit_concurrency(concurrency: int, memory_mb: int, jails_each: int = 1,
+                    available: int | None = None, what: str = "--concurrency") -> tuple[int, str | None]:
+    """How many of `concurrency` (each holding `jails_each` jails of `memory_mb`: jail memory is
+    a per-jail limit) fit in the host's available memory (MemAvailable, or `available` MiB);
+    returns (the count, one warning line or None). Never below 1; unknown memory changes
+    nothing."""
+    if available is None:
+        available = available_mb()
+    need = concurrency * jails_each * memory_mb
+    if available is None or need <= available:
+        return concurrency, None
+    fits = max(1, available // (jails_each * memory_mb))
+    each = f"{jails_each} x {memory_mb}" if jails_each > 1 else f"{memory_mb}"
+    return fits, (f"{what} {concurrency} x {each} MiB of jail memory = {need} MiB, more than "
+                  f"the {available} MiB this host has available: running {fits} at once")
 
 
 class WorkerPool:

@@ -88,6 +88,10 @@ def eval_command(
         spade eval --suite envs held-out/ -m runs/q/model
         spade eval --suite aime --data aime-2025.jsonl --name aime2025 -m M -o out/aime2025
         spade eval --compare base/eval-rg-hard runs/q/r399/eval-rg-hard
+        spade eval --compare base/eval-rg-hard runs/q/r399/eval-rg-hard -o compare.json
+
+    With --compare, `-o FILE` writes the comparison there instead of stdout (atomically): as
+    JSON for a .json file (base, trained and one object per column), else the table as text.
     """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.summary import summarize
@@ -98,7 +102,7 @@ def eval_command(
             if suite or inputs or data:
                 raise UsageError("--compare reads two finished evals: no --suite, --data or "
                                  "inputs")
-            return print_comparison(*compare)
+            return print_comparison(*compare, out=out)
         if suite is None:
             raise UsageError("--suite is required (or --compare BASE TRAINED)")
         if suite not in SUITES:
@@ -186,17 +190,34 @@ def keep_evaluated(model: str, out: str, suite: str) -> None:
             fh.write(f"eval {suite}: {out}\n")
 
 
-def print_comparison(base: str, trained: str) -> None:
-    """The paper's table on stdout: a column per benchmark and the average; rows base,
-    trained, their difference and its paired 95% CI (percentile bootstrap over items)."""
+def print_comparison(base: str, trained: str, out: str = "-") -> None:
+    """The paper's table: a column per benchmark and the average; rows base, trained, their
+    difference and its paired 95% CI (percentile bootstrap over items). On stdout, or with
+    `out` a file: written there atomically (JSON for `.json`, else the table as text)."""
+    import io
+    import json
+    import sys
+    from dataclasses import asdict
+
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from spade_cli.errors import UsageError
     from spade_cli.terminal import terminal_safe
     from stages import evaluate as stage
+    from stages.shards import write_atomic
 
+    if out != "-" and os.path.isdir(out):
+        raise UsageError(f"-o {out}: --compare writes one file (.json, or the table as text), "
+                         f"not a directory")
     columns = stage.compare(stage.read_runs(base), stage.read_runs(trained))
+    if out != "-" and out.endswith(".json"):
+        data = {"base": base, "trained": trained,
+                "columns": [asdict(c) | {"difference": c.difference} for c in columns]}
+        write_atomic(out, [json.dumps(data, indent=2).encode() + b"\n"])
+        print(f"spade eval: comparison written to {out}", file=sys.stderr)
+        return
     table = Table(title="spade eval --compare: scores in %, trained - base with a paired 95% "
                         "CI (bootstrap over items)", title_justify="left")
     table.add_column("")
@@ -210,7 +231,13 @@ def print_comparison(base: str, trained: str) -> None:
             ("items unpaired", [str(c.unpaired) for c in columns])]
     for label, cells in rows:
         table.add_row(*(Text(terminal_safe(cell)) for cell in (label, *cells)))
-    Console(soft_wrap=True).print(table)
+    if out == "-":
+        Console(soft_wrap=True).print(table)
+        return
+    text = io.StringIO()
+    Console(file=text, soft_wrap=True, width=200, color_system=None).print(table)
+    write_atomic(out, [text.getvalue().encode()])
+    print(f"spade eval: comparison written to {out}", file=sys.stderr)
 
 
 def print_table(rows) -> None:

@@ -36,8 +36,10 @@ default, over the 8 GPUs of one node as the reference lays out its engines.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
@@ -49,6 +51,17 @@ from typing import Annotated, Any, Callable, Union, get_args, get_origin, get_ty
 from stages.records import RecordError
 
 SCHEMA = "spade.recipe/v1"
+# what a recipe may say outside its [[stage]] tables: top-level keys, and the tables' keys
+TOP_KEYS = ("schema", "name", "run_dir", "rounds", "seed", "start_pool", "memory", "memory_seed")
+TABLES = ("model", "defaults", "serve", "stage")
+MODEL_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "init": (lambda v: isinstance(v, str) and v != "", "a model name or directory"),
+    "path": (lambda v: isinstance(v, str) and v != "", "a directory"),
+    "seed": (lambda v: _int(v), "an integer"),
+    "hidden": (lambda v: _positive_int(v), "an integer of at least 1"),
+    "layers": (lambda v: _positive_int(v), "an integer of at least 1"),
+}
+BUILTIN_MODELS = ("tiny", "smollm2")  # `[model] init` values `spade model` builds
 RUNNER_KEYS = {"command", "every", "attempts", "args"}
 COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo",
             "eval")
@@ -203,13 +216,15 @@ def check_type(command: str, key: str, value: Any) -> str | None:
 def load(path: str, rounds: int | None = None) -> Recipe:
     """Parse and check a recipe; errors name the file and the offending key (exit 65)."""
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        raw = tomllib.loads(text)
     except FileNotFoundError:
         from stages.shards import InputMissing
 
         raise InputMissing(f"{path}: no such recipe") from None
     except tomllib.TOMLDecodeError as exc:
         raise RecordError(f"invalid TOML: {exc}", path) from None
+    check_names(raw, text, path)
     if raw.get("schema") != SCHEMA:
         raise RecordError(f"schema must be {SCHEMA!r}, got {raw.get('schema')!r}", path)
     for key in ("name", "run_dir", "rounds"):
@@ -257,12 +272,126 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                             tuple(args)))
     defaults = {k.replace("_", "-"): v for k, v in raw.get("defaults", {}).items()}
     check_defaults(defaults, f"{path}: defaults")
+    model = dict(raw.get("model", {}))
+    model["path"] = model_path(raw["run_dir"], model.get("path"), path, text)
     return Recipe(path=path, name=raw["name"], run_dir=raw["run_dir"],
                   rounds=rounds if rounds is not None else int(raw["rounds"]),
-                  seed=int(raw.get("seed", 0)), model=dict(raw.get("model", {})),
+                  seed=int(raw.get("seed", 0)), model=model,
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
                   memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
                   serve=serve, raw=raw)
+
+
+def check_names(raw: dict[str, Any], text: str, path: str) -> None:
+    """Every name outside the [[stage]] tables is one the runner reads: an unknown top-level
+    key or table, or an unknown key of [model], stops the run (exit 65) as
+    `path:line: unknown table [default] (did you mean [defaults]?)`."""
+    shown = [*TOP_KEYS, *(f"[{t}]" if t != "stage" else "[[stage]]" for t in TABLES)]
+    for key, value in raw.items():
+        if key in TOP_KEYS or key in TABLES:
+            continue
+        if isinstance(value, dict):
+            what = f"[{key}]"
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            what = f"[[{key}]]"
+        else:
+            what = key
+        where = _where(path, text, None, key) if what == key else _where(path, text, key, None)
+        kind = "key" if what == key else "table"
+        raise RecordError(f"unknown top-level {kind} {what if kind == 'table' else repr(key)}"
+                          f"{_suggest(what, shown)}", where)
+    for table in ("model", "defaults"):
+        if table in raw and not isinstance(raw[table], dict):
+            raise RecordError(f"{table}: expected a table, got {json.dumps(raw[table])}",
+                              _where(path, text, None, table))
+    if not isinstance(raw.get("stage", []), list) or not all(
+            isinstance(t, dict) for t in raw.get("stage", [])):
+        raise RecordError("stage: expected [[stage]] tables", _where(path, text, None, "stage"))
+    for key, value in raw.get("model", {}).items():
+        where = _where(path, text, "model", key)
+        if key not in MODEL_KEYS:
+            hint = _suggest(key, list(MODEL_KEYS)) or f" (keys: {', '.join(MODEL_KEYS)})"
+            raise RecordError(f"[model]: unknown key {key!r}{hint}", where)
+        fits, expected = MODEL_KEYS[key]
+        if not fits(value):
+            raise RecordError(f"[model] {key}: expected {expected}, got {json.dumps(value)}",
+                              where)
+    for key in ("name", "run_dir", "start_pool", "memory_seed"):
+        if key in raw and not (isinstance(raw[key], str) and raw[key]):
+            raise RecordError(f"{key}: expected a string, got {json.dumps(raw[key])}",
+                              _where(path, text, None, key))
+    if "memory" in raw and not isinstance(raw["memory"], bool):
+        raise RecordError(f"memory: expected true or false, got {json.dumps(raw['memory'])}",
+                          _where(path, text, None, "memory"))
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0] if close[0].startswith('[') else repr(close[0])}?)"
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]+?)\s*\]\]?")
+_KEY = re.compile(r"""^\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*=""")
+
+
+def _where(path: str, text: str, table: str | None, key: str | None) -> str:
+    """`path:line` of a key (in `table`; None: the top level), or with key None of the table's
+    header; `path` alone when the line is not found."""
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        found = _KEY.match(line)
+        if found is None:
+            header = _HEADER.match(line)
+            if header:
+                current = header.group(1).strip().strip("\"'")
+                if key is None and current == table:
+                    return f"{path}:{number}"
+            continue
+        name = next(group for group in found.groups() if group is not None)
+        if key is not None and current == table and name == key:
+            return f"{path}:{number}"
+    return path
+
+
+def model_path(run_dir: str, path: str | None, recipe_path: str = "", text: str = "") -> str:
+    """Where `[model] path` puts the run's initial model: inside the run directory, so that two
+    runs never share one. A relative path is read against `run_dir` (`path = "model"` is
+    RUN/model, the default); one that already starts with `run_dir` (as the shipped recipes
+    write it, `runs/quickstart/model`) names that place; an absolute path is taken as it is.
+    A relative path that leaves the run directory is a RecordError (exit 65)."""
+    if path is None:
+        return f"{run_dir}/model"
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return path
+    run, given = os.path.normpath(run_dir), os.path.normpath(path)
+    if given == run or given.startswith(run.rstrip(os.sep) + os.sep):
+        return path
+    if given == ".." or given.startswith(".." + os.sep):
+        raise RecordError(f"[model] path: {path!r} leaves the run directory: a relative path is "
+                          f"read against run_dir ({run_dir!r}); give an absolute path, or name "
+                          f"an existing model with `init`",
+                          _where(recipe_path, text, "model", "path") if text else recipe_path)
+    return f"{run_dir.rstrip('/')}/{given}"
+
+
+def check_init(recipe: Recipe) -> None:
+    """Before round 0 of a real run: a `[model] init` that is not a builtin name must be a
+    model here (InputMissing, exit 66, or BackendUnavailable, 69, from check_model), not a
+    failure at the design stage."""
+    init = recipe.model.get("init", "tiny")
+    if init in BUILTIN_MODELS:
+        return
+    from spade_cli.options import check_model
+    from stages.backends import check_model_files
+    from stages.shards import InputMissing
+
+    try:
+        check_model_files(check_model(init))
+    except InputMissing as exc:
+        raise InputMissing(f"{recipe.path}: [model] init: {exc}") from None
 
 
 def load_serve(table: Any, where: str) -> Serve:
@@ -592,7 +721,7 @@ def shell_line(argv: list[str]) -> str:
 def model_init_commands(recipe: Recipe) -> tuple[str, list[list[str]]]:
     """The initial model path and the commands that build it (empty for a given path)."""
     init = recipe.model.get("init", "tiny")
-    path = recipe.model.get("path", f"{recipe.run_dir}/model")
+    path = recipe.model.get("path") or model_path(recipe.run_dir, None)
     if init == "tiny":
         extra = [a for k in ("seed", "hidden", "layers") if k in recipe.model
                  for a in (f"--{k}", str(recipe.model[k]))]

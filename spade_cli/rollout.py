@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from spade_cli.options import (TOP_K, TOP_P, Address, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, ExecutorName, Inputs,
-                               MaxTokens, Model, Out, Overwrite, PolicyName, PromptsDir, Round,
+                               Model, Out, Overwrite, PolicyName, PromptsDir, Round,
                                Seed, Temperature, TopK, TopP, backend_spec)
 
 
@@ -58,7 +59,10 @@ def rollout(
     top_p: TopP = TOP_P,
     top_k: TopK = TOP_K,
     enable_thinking: EnableThinking = None,
-    max_tokens: MaxTokens = 512,
+    max_tokens: Annotated[int, typer.Option(
+        help="Most tokens one completion may have. A completion cut here ends its play, as in "
+             "the reference (outcome ok, reward 0 unless that step won): the record says "
+             "meta.cut_at_max_tokens, and the summary line counts such plays.")] = 512,
     context_length: ContextLength = None,
     seed: Seed = 0,
     prompts: PromptsDir = None,
@@ -121,7 +125,15 @@ def rollout(
         blacklist = stage.Blacklist(blacklist_after, read(
             [s.path for s in find_inputs("rollout", blacklist_from, {"rollout"}, "rollout records")],
             kinds={"rollout"}) if blacklist_from else ())
-        jails = open_jail_executor(executor, address, concurrency)
+        if executor == "local" and sandbox == "nsjail":
+            from sandbox.pool import fit_concurrency
+            from spade_cli.summary import log_line
+
+            fitted, warning = fit_concurrency(concurrency, cfg.sandbox.limits.memory_mb)
+            if warning:
+                log_line(f"spade rollout: warning: {warning}", echo=True)
+                cfg = replace(cfg, concurrency=fitted)  # not in the config digest: resumes
+        jails = open_jail_executor(executor, address, cfg.concurrency)
         stats = Stats()
         progress = Progress("rollout", "plays")
         model_backend = StageBackend(spec, progress)
@@ -142,6 +154,8 @@ def rollout(
                     stats.reasons[record.outcome] += 1
                 stats.extra["wins"] = stats.extra.get("wins", 0) + (record.reward > 0)
                 stats.extra["turns"] = stats.extra.get("turns", 0) + len(record.turns)
+                if record.meta.get("cut_at_max_tokens"):
+                    stats.extra["cut_at_max_tokens"] = stats.extra.get("cut_at_max_tokens", 0) + 1
                 progress.advance()
                 yield record
 
@@ -161,4 +175,6 @@ def rollout(
         summarize("rollout", stats, f"{stats.read} envs -> {plays_done} plays "
                   f"({'hint' if hint else 'no hint'}), win rate {win:.2f}, "
                   f"{stats.extra.get('turns', 0)} turns"
-                  + (f", {unhinted} envs without a hint not played" if unhinted else ""))
+                  + (f", {unhinted} envs without a hint not played" if unhinted else "")
+                  + (f", {cut} plays ended at --max-tokens" if (cut := stats.extra.get(
+                      "cut_at_max_tokens", 0)) else ""))

@@ -7,9 +7,9 @@ import json
 import logging
 import shlex
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Iterator
 
 import typer
 
@@ -57,7 +57,12 @@ def run(
     `--plan` prints, per stage, the GPUs it uses and its memory per GPU (weights, grads,
     optimizer, activations at the recipe's context length and micro-batch, logits, KV cache),
     and exits 65 naming the first stage that does not fit. A real run makes the same check
-    against this machine's GPUs before round 0 (none without a CUDA device).
+    against this machine's GPUs before round 0 (none without a CUDA device), and checks that
+    a `[model] init` directory is a model (exit 66 when it is not).
+
+    Paths: `run_dir` is read against the working directory; a relative `[model] path` against
+    run_dir (so two runs never share a model). A run holds RUN/run.lock while it runs: a
+    second `spade run` on the same run directory exits 73 at once, naming the pid holding it.
     """
     from spade_cli import recipe as recipes
     from spade_cli.errors import errors_to_exit
@@ -69,6 +74,7 @@ def run(
         elif dry_run:
             print_pipeline(recipe, from_round)
         else:
+            recipes.check_init(recipe)
             check_devices(recipe)
             execute(recipe, from_round)
 
@@ -215,12 +221,13 @@ def print_pipeline(recipe, from_round: int) -> None:
     run_dir = recipe.run_dir
     model, init = recipes.model_init_commands(recipe)
     print("#!/usr/bin/env bash\nset -euo pipefail")
-    print(f"# recipe {recipe.name}: {recipe.rounds} rounds, env sets of {recipe.window} rounds")
+    print(f"# recipe {one_line_comment(recipe.name)}: {recipe.rounds} rounds, env sets of "
+          f"{recipe.window} rounds")
     for argv in init:
         print(recipes.shell_line(argv))
     if recipe.memory_seed and recipe.memory:
         print(recipes.shell_line(recipes.memory_seed_command(recipe)))
-    print(f"MODEL={model}")
+    print(f"MODEL={shlex.quote(model)}")
     sleep = recipe.serve is not None and sleeps(recipe.serve)
     if recipe.serve:
         print_serve(recipe, sleep)
@@ -234,7 +241,7 @@ def print_pipeline(recipe, from_round: int) -> None:
         print(shell_words(argv))
 
     def after_train(out, current):
-        print(f'MODEL="$(ls -d {run_dir}/ckpt/step-* | sort | tail -n 1)"')
+        print(f'MODEL="$(ls -d {shlex.quote(run_dir)}/ckpt/step-* | sort | tail -n 1)"')
         if recipe.serve:
             print_control(engine.update_calls(WEIGHTS_PATH, sleep),
                           "serve: the engine loads the new checkpoint")
@@ -254,13 +261,15 @@ SHELL_VARS = ("$MODEL", "$BASE_URL")
 
 
 def shell_words(argv: list[str]) -> str:
-    """A spade command line whose shell variables expand (quoted as one word each)."""
-    from spade_cli import recipe as recipes
+    """A spade command line whose shell variables expand (quoted as one word each): an
+    argument that is exactly `$MODEL` or `$BASE_URL` is the runner's; every other argument,
+    recipe values included, is quoted so that the shell reads it as it is."""
+    return "spade " + " ".join(f'"{a}"' if a in SHELL_VARS else shlex.quote(a) for a in argv)
 
-    line = recipes.shell_line(argv)
-    for var in SHELL_VARS:
-        line = line.replace(f"'{var}'", f'"{var}"')
-    return line
+
+def one_line_comment(text: str) -> str:
+    """Recipe text put in a `#` comment of the printed script: one line, so it stays one."""
+    return " ".join(str(text).split())
 
 
 def print_serve(recipe, sleep: bool) -> None:
@@ -479,6 +488,43 @@ class Trainer:
 
 
 def execute(recipe, from_round: int) -> None:
+    run_dir = Path(recipe.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with lock_run_dir(run_dir):
+        run_locked(recipe, from_round, run_dir)
+
+
+LOCK_FILE = "run.lock"
+
+
+@contextmanager
+def lock_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold RUN/run.lock (an exclusive flock) for the whole run: a second `spade run` on the
+    same directory raises Busy (exit 73) naming the pid that holds it, before it writes
+    anything. The lock goes with the process (no stale lock after a kill); the file keeps the
+    last holder's pid."""
+    import fcntl
+    import os
+
+    from spade_cli.errors import Busy
+
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise Busy(f"{run_dir}: another spade run (pid {holder}) is running in this run "
+                       f"directory; wait for it to end, or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def run_locked(recipe, from_round: int, run_dir: Path) -> None:
     from spade_cli import commands
     from spade_cli import recipe as recipes
     from spade_cli import summary
@@ -487,8 +533,6 @@ def execute(recipe, from_round: int) -> None:
     from stages.backends import BackendUnavailable
     from stages.isolation import one_line
 
-    run_dir = Path(recipe.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     resolved = recipes.resolved(recipe)
     digest = recipes.digest(resolved)
     recipes.write_json(run_dir / "recipe.json", resolved)

@@ -104,6 +104,7 @@ def train_grpo(
     from pathlib import Path
 
     from stages import parallel, train_ranks
+    from stages.backends import check_model_files
     from stages import train_grpo as stage
     from stages.shards import Stats, emit, read
 
@@ -111,6 +112,7 @@ def train_grpo(
         if not model:
             raise UsageError("--model is required")
         model = check_model(model)
+        check_model_files(model)
         if batch_unit not in stage.BATCH_UNITS:
             raise UsageError(f"--batch-unit must be one of {', '.join(stage.BATCH_UNITS)}")
         if loss_norm not in stage.LOSS_NORMS:

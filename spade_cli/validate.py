@@ -80,6 +80,14 @@ def validate(
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         limits = Limits(call_timeout=call_timeout, memory_mb=memory_mb, lifetime=budget,
                         cpu_seconds=budget)
+        if executor == "local" and sandbox == "nsjail":
+            from sandbox.pool import fit_concurrency
+            from spade_cli.summary import log_line
+
+            fitted, warning = fit_concurrency(workers, memory_mb, jails_each=2, what="--workers")
+            if warning:
+                log_line(f"spade validate: warning: {warning}", echo=True)
+                workers = fitted  # the config digest does not hold workers: resumes
         cfg = stage.Config(workers=workers, sandbox=Sandbox(mode=sandbox, limits=limits),
                            seed=seed)
         shards = input_shards(inputs, stage.designs_from_files)

@@ -11,7 +11,9 @@ Guarantees:
   by turn, each turn waiting for its longest completion;
 - episode reward = clip(last step reward, -1, 1) when the env terminated, else 0 (outcome only);
 - turns stop at min(env max_turns, Config.max_turns <= 25); a completion that hits max tokens
-  without ending its turn truncates the episode;
+  without ending its turn truncates the episode, as in the reference (outcome `ok`, reward 0
+  unless that step terminated it), and the record says so: `meta.cut_at_max_tokens` is true
+  (its last turn's finish_reason is "length"); the CLI counts these plays in its summary line;
 - the per-episode wall-clock budget (`episode_timeout`) bounds generation too: a play past it is
   truncated with outcome `episode_timeout` (the agent's time, not an env fault);
 - the env's own time is bounded per play: load, reset and every step together get `env_budget`
@@ -42,6 +44,7 @@ concurrency.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -131,16 +134,29 @@ class Blacklist:
         return env_id in self.blocked
 
 
+BOXED = "\\boxed{"
+BRACES_RE = re.compile(r"[{}]")
+
+
 def last_boxed(text: str) -> str | None:
-    """The content of the last balanced \\boxed{...} in text, or None."""
-    start = text.rfind("\\boxed{")
+    """The content of the last balanced \\boxed{...} in text, or None: of the `\\boxed{`
+    whose brace is closed (by the first `}` that balances it), the last one. Linear: one pass
+    matches every brace (a stack), then the starts are tried from the last."""
+    if BOXED not in text:
+        return None
+    closes: dict[int, int] = {}
+    opened: list[int] = []
+    for brace in BRACES_RE.finditer(text):
+        if brace.group() == "{":
+            opened.append(brace.start())
+        elif opened:
+            closes[opened.pop()] = brace.start()
+    start = text.rfind(BOXED)
     while start != -1:
-        depth, index = 0, start + len("\\boxed{") - 1
-        for index in range(index, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[index], 0)
-            if depth == 0:
-                return text[start + len("\\boxed{"):index]
-        start = text.rfind("\\boxed{", 0, start)
+        end = closes.get(start + len(BOXED) - 1)
+        if end is not None:
+            return text[start + len(BOXED):end]
+        start = text.rfind(BOXED, 0, start)
     return None
 
 
@@ -173,6 +189,7 @@ class Episode:
         self.deadline = self.started + cfg.episode_timeout
         self.result: Rollout | None = None
         self.last_reward, self.terminated, self.truncated = 0.0, False, False
+        self.cut_at_max_tokens = False  # the play ended on a completion at max_tokens
 
     # -- env side (runs in a thread of the env pool) ------------------------------------------
     def open(self, pool: WorkerPool) -> None:
@@ -223,6 +240,8 @@ class Episode:
         self.truncated = not self.terminated and (
             truncated or len(self.turns) >= self.max_turns
             or completion.finish_reason == "length" or over_time)
+        self.cut_at_max_tokens = (self.truncated and completion.finish_reason == "length"
+                                  and not truncated and len(self.turns) < self.max_turns)
         if self.terminated or self.truncated:
             return self.finish("episode_timeout" if over_time and not self.terminated else "ok")
         role = "tool" if "<tool_call>" in action and self.env.domain == "tool_use" else "user"
@@ -278,6 +297,7 @@ class Episode:
                        meta={"play": self.play, "hint_text": self.env.hint
                              if self.cfg.hint else None,
                              "temperature": self.cfg.sampling.temperature,
+                             "cut_at_max_tokens": self.cut_at_max_tokens,
                              "seconds": round(time.monotonic() - self.started, 3)})
 
     @property

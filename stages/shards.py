@@ -10,6 +10,15 @@ Guarantees:
   inputs whole) drops a record whose kind and id it has already met among the stage's inputs,
   in any shard, counting it in `Stats` (`duplicates`, and the CLI's warning line);
 - no record read holds NaN or an infinity (see stages.records);
+- a line longer than `max_line_bytes()` (MAX_LINE_BYTES, 64 MiB; the environment variable
+  SPADE_MAX_LINE_BYTES sets another) stops reading with `path:line: a line longer than N bytes`
+  (RecordError, exit 65) once that many bytes of it are read: reading holds at most the cap of
+  one line, never the whole over-long line (`/dev/zero` as a shard, a small `.jsonl.gz` that
+  expands to gigabytes);
+- an output that cannot be written raises OutputError naming the path, one line: exit 74
+  (EX_IOERR) for a full disk or quota (ENOSPC, EDQUOT, EFBIG, EIO), 73 (EX_CANTCREAT) for the
+  rest (a read-only or unwritable dir, `-o` at a dangling symlink or at a file where a
+  directory belongs); the temp file is removed, so nothing partial is left;
 - a final file exists only when complete (temp file in the same dir, fsync, rename), with the
   mode the umask gives any new file;
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
@@ -18,6 +27,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -39,10 +49,53 @@ from stages.records import MODELS, Record, RecordError, content_hash, dumps, par
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 MANIFEST = "_manifest.json"
 CHUNK = 1 << 20  # bytes per read of a compressed shard
+MAX_LINE_BYTES = 64 << 20  # longest shard line read; SPADE_MAX_LINE_BYTES overrides it
+MAX_LINE_ENV = "SPADE_MAX_LINE_BYTES"
+EX_CANTCREAT, EX_IOERR = 73, 74  # sysexits.h: an output that cannot be made / an I/O error
+FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 class InputMissing(FileNotFoundError):
     """An input path that does not exist (exit 66)."""
+
+
+class OutputError(OSError):
+    """An output that cannot be written: `code` is EX_IOERR (disk full, I/O error) or
+    EX_CANTCREAT (anything else: permissions, read-only, a dangling symlink)."""
+
+    def __init__(self, msg: str, code: int):
+        super().__init__(msg)
+        self.msg, self.code = msg, code
+
+    def __str__(self) -> str:
+        return self.msg
+
+    @classmethod
+    def of(cls, exc: OSError, path: str | Path) -> "OutputError":
+        if isinstance(exc, OutputError):
+            return exc
+        path = str(path)
+        why = exc.strerror or str(exc)
+        if os.path.islink(path) and not os.path.exists(path):
+            why = f"it is a symlink to {os.readlink(path)}, which does not exist"
+        elif exc.errno == errno.EEXIST:
+            why = "it exists and is not a directory"
+        code = EX_IOERR if exc.errno in FULL else EX_CANTCREAT
+        return cls(f"{path}: cannot write the output: {why}", code)
+
+
+def max_line_bytes() -> int:
+    """The longest shard line read: $SPADE_MAX_LINE_BYTES when set, else MAX_LINE_BYTES."""
+    value = os.environ.get(MAX_LINE_ENV, "").strip()
+    if not value:
+        return MAX_LINE_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise RecordError(f"{MAX_LINE_ENV} must be a positive number of bytes, got {value!r}")
+    return limit
 
 
 @dataclass(frozen=True)
@@ -171,8 +224,12 @@ def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Re
         return
     path = shard.path if isinstance(shard, Shard) else shard
     name = "<stdin>" if path == "-" else path
+    limit = max_line_bytes()
     with open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in enumerate(_lines(fh, limit), 1):
+            if line is None:
+                raise RecordError(f"a line longer than {limit} bytes (set {MAX_LINE_ENV} to "
+                                  "read longer ones)", f"{name}:{lineno}")
             if not line.strip():
                 continue
             try:
@@ -181,6 +238,19 @@ def read_shard(shard: Shard | str, kinds: set[str] | None = None) -> Iterator[Re
                 raise RecordError(f"invalid JSON: {exc}", f"{name}:{lineno}") from None
             except RecordError as exc:
                 raise RecordError(exc.msg, f"{name}:{lineno}") from None
+
+
+def _lines(fh: IO[bytes], limit: int) -> Iterator[bytes | None]:
+    """The lines of `fh`, each read with at most `limit` + 1 bytes in hand; None for a line
+    longer than `limit` (its newline not counted), which ends the reading."""
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not (len(line) == limit + 1 and line.endswith(b"\n")):
+            yield None
+            return
+        yield line
 
 
 def read(inputs: Iterable[str], kinds: set[str] | None = None) -> Iterator[Record]:
@@ -200,22 +270,54 @@ def write_atomic(path: str | Path, lines: Iterable[bytes]) -> int:
     The file gets the mode any new file gets (0o666 less the umask)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    # 0o666 less the umask, as any new file (mkstemp would make it 0600 whatever the umask)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        # 0o666 less the umask, as any new file (mkstemp would make it 0600 whatever the umask)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise OutputError.of(exc, path) from None
     count = 0
+    source = iter(lines)
     try:
         with os.fdopen(fd, "wb") as raw, _compressor(raw, path.name) as fh:
-            for line in lines:
+            while True:
+                try:
+                    line = next(source)
+                except StopIteration:
+                    break
+                except OSError as exc:  # the stage's own (its inputs, its env workers)
+                    raise _Upstream(exc) from None
                 fh.write(line)
                 count += 1
             fh.flush()
         with open(tmp, "rb+") as fh:  # fsync after the compressor has closed its frame
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except _Upstream as upstream:
+        Path(tmp).unlink(missing_ok=True)
+        raise upstream.exc
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError.of(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return count
+
+
+class _Upstream(Exception):
+    """An OSError raised while making the lines write_atomic writes: not the output's."""
+
+    def __init__(self, exc: OSError):
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def make_dirs(path: str | Path) -> None:
+    """mkdir -p for an output, an OSError (a dangling symlink, read-only) as OutputError."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError.of(exc, path) from None
 
 
 @contextmanager
@@ -312,11 +414,11 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
         sink = sys.stdout.buffer
         for shard in shards:
             for line in encode(counted(inputs(shard))):
-                sink.write(line)
-            sink.flush()
+                _to_stdout(sink.write, line)
+            _to_stdout(sink.flush)
         return
     if out.endswith(SUFFIXES):
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(Path(out).parent)
         write_atomic(out, encode(record for shard in shards for record in counted(inputs(shard))))
         return
 
@@ -327,6 +429,15 @@ def run_stage(stage: str, shards: list[Shard], out: str, transform: Transform,
 
     ShardDir(out, stage, config).run(shards, lambda s: counted(inputs(s)), stats, overwrite,
                                      suffix, met)
+
+
+def _to_stdout(call: Callable[..., Any], *args: Any) -> None:
+    try:
+        call(*args)
+    except BrokenPipeError:  # `| head`: a normal way to stop reading (exit 0)
+        raise
+    except OSError as exc:
+        raise OutputError.of(exc, "<stdout>") from None
 
 
 def emit(stage: str, out: str, produce: Callable[[], Iterator[Record]], config: dict[str, Any],
@@ -349,7 +460,7 @@ class ShardDir:
     def run(self, shards: list[Shard], produce: Callable[[Shard], Iterator[Record]],
             stats: Stats, overwrite: bool, suffix: str,
             skipped: Callable[[Shard], None] = lambda _shard: None) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path)
         manifest = self._load()
         done = {} if overwrite or manifest.get("config_digest") != self.digest \
             else manifest.get("shards", {})

@@ -151,6 +151,52 @@ def check_local_model(model: str) -> None:
         raise InputMissing(f"{model}: no such model directory (a hub model is named org/name)")
 
 
+MODEL_FILES = ("config.json", "adapter_config.json")  # a whole model, a LoRA checkpoint
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model",
+                   "tiktoken.model", "qwen.tiktoken")
+
+
+def check_model_dir(model: str) -> None:
+    """A directory given as a model must hold one (config.json, or a LoRA checkpoint's
+    adapter_config.json): else InputMissing (exit 66) in one line, before anything loads it,
+    naming the newest checkpoint inside when it holds `step-*` checkpoints (`-m RUN/ckpt`)."""
+    import os
+    from pathlib import Path
+
+    folder = Path(model)
+    if any((folder / name).is_file() for name in MODEL_FILES):
+        return
+    from stages.shards import InputMissing
+
+    steps = sorted(p for p in folder.glob("step-*")
+                   if any((p / name).is_file() for name in MODEL_FILES))
+    if steps:
+        raise InputMissing(f"{model}: not a model directory (no config.json): it holds "
+                           f"checkpoints, the newest is {os.path.join(model, steps[-1].name)}")
+    raise InputMissing(f"{model}: not a model directory (no config.json; `spade model tiny "
+                       f"DIR` builds one offline)")
+
+
+def check_model_files(model: str) -> None:
+    """Before a local model directory is loaded (by a backend, train-grpo, or `spade run` for
+    its `[model] init`): it holds a model and its tokenizer, else InputMissing (exit 66) in one
+    line (transformers would end a long traceback with a hint to install sentencepiece).
+    Nothing to check for a hub id."""
+    import os
+    from pathlib import Path
+
+    if not os.path.isdir(model):
+        return
+    check_model_dir(model)
+    if any((Path(model) / name).is_file() for name in TOKENIZER_FILES):
+        return
+    from stages.shards import InputMissing
+
+    raise InputMissing(f"{model}: no tokenizer files beside config.json "
+                       f"({', '.join(TOKENIZER_FILES[:3])}): a model directory needs its "
+                       f"tokenizer (save it with tokenizer.save_pretrained(DIR))")
+
+
 def looks_like_hub_id(model: str) -> bool:
     return model.count("/") == 1 and not model.startswith((".", "/", "~"))
 

@@ -25,7 +25,8 @@ import os
 import time
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, render_prompt, unfit_completion)
+                             check_local_model, check_model_files, render_prompt,
+                             unfit_completion)
 from stages.checkpoint import adapter_base
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class HFBackend:
     def __init__(self, spec: BackendSpec):
         torch, transformers = import_torch_transformers()
         check_local_model(spec.model)
+        check_model_files(spec.model)
         self.torch, self.transformers = torch, transformers
         self.device = pick_device(spec.device)
         dtype = getattr(torch, spec.dtype) if spec.dtype else (

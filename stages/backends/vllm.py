@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, render_prompt, unfit_completion)
+                             check_local_model, check_model_files, render_prompt,
+                             unfit_completion)
 from stages.checkpoint import adapter_base, adapter_rank
 
 # the ranks vLLM's max_lora_rank takes (vllm/config/lora.py, MaxLoRARanks, 0.32)
@@ -69,6 +70,7 @@ class VLLMBackend:
         # each step's new tokens only: a request's tokens so far survive a deadline abort
         self._output_kind = RequestOutputKind.DELTA
         check_local_model(spec.model)
+        check_model_files(spec.model)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         # callers render while the engine thread decodes: a fast tokenizer shared across
         # threads can fail with "Already borrowed", so one of them uses it at a time

@@ -101,7 +101,7 @@ def run_aime(rows: list[dict], backend: Backend, cfg: Config, stats: Any = None
     conversations = [answer_prompt(row["question"], cfg) for row in kept
                      for _ in range(episodes)]
     completions = iter(Chat(backend, cfg)(conversations))
-    with Helper("math", cfg.call_timeout, cfg.helper_memory_mb) as helper:
+    with Helper("math", _MathVerify, cfg.call_timeout, cfg.helper_memory_mb) as helper:
         for row in kept:
             answers = [final_answer(next(completions).text) for _ in range(episodes)]
             if None in answers:

@@ -181,7 +181,7 @@ class BfclEpisode:
         self.decoded: list[list[list[str]]] = []  # per turn, per step: call strings
         self.current: list[list[str]] = []
         self.methods: set[str] = set()
-        self.helper = Helper("bfcl", cfg.call_timeout, cfg.helper_memory_mb)
+        self.helper = Helper("bfcl", _BfclEntry, cfg.call_timeout, cfg.helper_memory_mb)
         self.result: dict[str, Any] | None = None
         self.counts = {"calls": 0, "rejected": 0, "malformed": 0, "steps": 0}
 

@@ -1,9 +1,12 @@
 """Helper processes: package code on model-chosen input, run apart from the eval process.
 
-In: a kind ("rg": Reasoning-Gym instances and scoring, `stages.evaluate.rg._RGTasks`; "bfcl":
-one BFCL entry's simulated APIs and checker, `stages.evaluate.bfcl._BfclEntry`; "math":
-math-verify, `stages.evaluate.aime._MathVerify`), a per-request timeout and an address-space
-cap. `Helper.request(op, *args)` calls that method in the helper.
+In: a kind (which packages the fork server preloads: "rg" Reasoning-Gym, "bfcl", "math"
+math-verify), the handler class the helper runs (each suite passes its own: rg.py its
+Reasoning-Gym instances and scoring, bfcl.py one BFCL entry's simulated APIs and checker,
+aime.py math-verify), a per-request timeout and an address-space cap.
+`Helper.request(op, *args)` calls that method of the handler in the helper. Imports go one way:
+the suites import this module, never the reverse (the handler class reaches the helper
+process pickled by reference, and is imported there).
 Out: the method's return value; HelperTimeout when a request runs past its timeout (the helper
 is killed and restarted on the next request), HelperError when it raised or the helper died.
 Why: RG scorers `eval()` or sympy-parse some answers, math-verify sympy-parses them, and
@@ -77,8 +80,9 @@ def _start_fork_server() -> None:
 class Helper:
     """One helper process running package code on model-chosen input; requests time out."""
 
-    def __init__(self, kind: str, timeout: float, memory_mb: int = 8192):
-        self.kind, self.timeout, self.memory_mb = kind, timeout, memory_mb
+    def __init__(self, kind: str, handler: type, timeout: float, memory_mb: int = 8192):
+        """`handler`: a class of a module-level name, made with no arguments in the helper."""
+        self.kind, self.handler, self.timeout, self.memory_mb = kind, handler, timeout, memory_mb
         self.proc = None
         self.conn = None
 
@@ -86,7 +90,7 @@ class Helper:
         if self.proc is None:
             ctx = _context(self.kind)
             self.conn, child = ctx.Pipe()
-            self.proc = ctx.Process(target=_helper_main, args=(child, self.kind, self.memory_mb),
+            self.proc = ctx.Process(target=_helper_main, args=(child, self.handler, self.memory_mb),
                                     daemon=True)
             self.proc.start()
             child.close()
@@ -117,14 +121,8 @@ class Helper:
         self.close()
 
 
-def _helper_main(conn, kind: str, memory_mb: int) -> None:
+def _helper_main(conn, handler_class: type, memory_mb: int) -> None:
     import resource
-
-    # Imported here, not at the top: those modules import this one for Helper. The package is
-    # already loaded (unpickling this target imports it), so this allocates nothing.
-    from stages.evaluate.aime import _MathVerify
-    from stages.evaluate.bfcl import _BfclEntry
-    from stages.evaluate.rg import _RGTasks
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # package code prints; stdout carries records only
@@ -134,8 +132,8 @@ def _helper_main(conn, kind: str, memory_mb: int) -> None:
     if hard == resource.RLIM_INFINITY or hard > limit:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        handler = {"rg": _RGTasks, "bfcl": _BfclEntry, "math": _MathVerify}[kind]()
-    except BaseException as exc:  # e.g. _RGTasks refusing an unfixed hash seed
+        handler = handler_class()
+    except BaseException as exc:  # e.g. rg's handler refusing an unfixed hash seed
         handler, failure = None, f"{type(exc).__name__}: {str(exc)[:400]}"
     while True:
         try:

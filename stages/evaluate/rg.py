@@ -242,7 +242,7 @@ def run_rg(tasks: list[RGTask], backend: Backend, cfg: Config, stats: Any = None
            ) -> Iterator[Eval]:
     """Draw each episode's instance in the helper, ask the model once, score there."""
     require_reasoning_gym()
-    with Helper("rg", cfg.call_timeout, cfg.helper_memory_mb) as helper:
+    with Helper("rg", _RGTasks, cfg.call_timeout, cfg.helper_memory_mb) as helper:
         drawn: list[tuple[RGTask, dict[int, str], list[int]]] = []
         for task in tasks:
             questions: dict[int, str] = {}

@@ -6,7 +6,12 @@ with `embed_images`). Sections, in order: the mean no-hint reward per round (als
 headline: the number the loop is meant to raise), overview, win rates and learnable share,
 regret and designer reward, validation (acceptance of the model's designs; the start pool apart),
 skill mix, diversity (Vendi score), evaluation, training curves (or, when training had no signal,
-the words for it), memory.
+the words for it; the learning rate among them), completion length and throughput, examples (the
+best and worst plays of the newest rounds as transcripts, hints beside hinted plays, designs with
+their verdicts and reject reasons; bounded in size), memory. Above the sections, one line per
+training statistic past its collapse threshold (tables.ENTROPY_FLOOR, CLIP_FRAC_MAX,
+APPROX_KL_MAX) with the step and round it started; regret rows of envs not played in their
+round (carried over by score-regret's window) are counted and named.
 Guarantees: every section renders with whatever data the run has and says what is missing; a
 chart is drawn only where its numbers vary; env-derived text shows literally in charts and page;
 the diversity model is optional (without it the section says why and a warning is logged);
@@ -64,11 +69,14 @@ def build(run_dir: str | Path, out_dir: str | Path | None = None,
         sections.diversity_section(run, charts, numbers, embedder, warnings),
         sections.evaluation(run, charts, numbers),
         sections.training(run, charts, numbers),
+        sections.throughput(run, charts, numbers),
+        sections.examples(run, numbers),
         sections.memory(run),
     ]
+    alerts = sections.alerts(run, numbers)
     for warning in warnings:
         log.warning("%s", warning)
     path = out / "index.html"
-    write_bytes(path, render(run, found, warnings, headline).encode("utf-8"))
+    write_bytes(path, render(run, found, warnings, headline, alerts).encode("utf-8"))
     return ReportResult(path, run, warnings, numbers, charts.written, charts.count,
                         f"{headline[0]} {headline[1]}")

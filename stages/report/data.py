@@ -9,7 +9,10 @@ recursively, and records are grouped by `kind`); a record's round is its own `ro
 it has one, else the `r<NN>` it was found in (a 0 found outside `r00` is the field's default,
 not a claim); records are deduplicated by id per round (the hint and audit stages re-emit env
 records); rollouts are folded into per-env no-hint rewards as they are read, so a long run is not
-held in memory. An env is *designed* when its parent is a design of this run that no check
+held in memory: of each round they keep only the best and worst no-hint and hinted plays (their
+text cut to EXAMPLE_CHARS per field, EXAMPLE_TURNS turns), the first DESIGN_SAMPLES designs'
+text, the envs played, and per stage directory the plays and completion tokens (throughput is
+those over the directory's `_manifest.json` seconds). An env is *designed* when its parent is a design of this run that no check
 rejected, *rejected* when that design was rejected (an audit reject after validation passed),
 and otherwise part of the *start pool* (the recipe's `start_pool`, such as the seed library).
 """
@@ -27,13 +30,17 @@ import orjson
 
 from stages.records import (Design, Env, Eval, Memory, Record, Regret, Rollout, Train,
                             Validation)
-from stages.shards import SUFFIXES, InputMissing, read
+from stages.shards import MANIFEST, SUFFIXES, InputMissing, read
 
 log = logging.getLogger(__name__)
 
 ROUND_DIR = re.compile(r"^r(\d+)$")
 SOURCE_CHARS = 2000
 LOG_LINES = 60
+# Examples are kept while the shards are read, already cut: a long run's plays are not held.
+EXAMPLE_CHARS = 400  # per observation, completion, action, design text (the cut is marked)
+EXAMPLE_TURNS = 6  # turns kept per play: the first EXAMPLE_TURNS - 1 and the last
+DESIGN_SAMPLES = 24  # designs' text kept per round (the report shows a few of them)
 
 Origin = Literal["designed", "rejected", "pool"]
 
@@ -49,6 +56,70 @@ class EnvInfo:
 class DesignInfo:
     round: int
     attempt: int
+
+
+def cut(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    """`text` of at most `limit` characters plus a mark saying how many were left out."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [cut: {len(text) - limit} more characters]"
+
+
+@dataclass(frozen=True)
+class ExampleTurn:
+    completion: str
+    action: str
+    observation: str  # what the env answered to the action
+    reward: float
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Example:
+    """One play, cut for the page (see EXAMPLE_CHARS, EXAMPLE_TURNS)."""
+
+    id: str
+    env_id: str
+    hint: bool
+    hint_text: str | None  # the hint the play was given (rollout meta, else the env record)
+    seed: int
+    reward: float
+    outcome: str
+    turns: tuple[ExampleTurn, ...]
+    left_out: int  # turns not kept (between the first ones and the last)
+
+    @classmethod
+    def of(cls, record: Rollout) -> Example:
+        turns = [ExampleTurn(cut(t.completion), cut(t.action), cut(t.observation),
+                             float(t.reward), str(t.finish_reason)) for t in
+                 (record.turns if len(record.turns) <= EXAMPLE_TURNS else
+                  [*record.turns[:EXAMPLE_TURNS - 1], record.turns[-1]])]
+        hint_text = record.meta.get("hint_text") if record.hint else None
+        return cls(record.id, record.env_id, record.hint,
+                   cut(hint_text) if isinstance(hint_text, str) else None, record.seed,
+                   float(record.reward), record.outcome, tuple(turns),
+                   max(0, len(record.turns) - EXAMPLE_TURNS))
+
+
+@dataclass(frozen=True)
+class DesignSample:
+    id: str
+    round: int
+    attempt: int
+    slot: int
+    skill: str
+    text: str  # the design's completion, cut
+
+
+@dataclass
+class PlayTally:
+    """The plays of one stage directory in one round: for throughput and completion length."""
+
+    plays: int = 0
+    completions: int = 0  # turns that record completion_ids
+    tokens: int = 0  # their completion tokens
+    seconds: float | None = None  # the directory's `_manifest.json` stats.seconds
 
 
 @dataclass
@@ -75,6 +146,16 @@ class RunData:
     train: dict[str, Train] = field(default_factory=dict)
     memory: dict[str, Memory] = field(default_factory=dict)
     memory_file: str | None = None
+    # examples: round -> (hint?, "best"|"worst") -> the play (see Example)
+    examples: dict[int, dict[tuple[bool, str], Example]] = field(
+        default_factory=lambda: defaultdict(dict))
+    design_samples: dict[int, list[DesignSample]] = field(
+        default_factory=lambda: defaultdict(list))
+    hints: dict[str, str] = field(default_factory=dict)  # env id -> its hint (env records)
+    played: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))  # any play
+    tallies: dict[int, dict[str, PlayTally]] = field(
+        default_factory=lambda: defaultdict(dict))  # round -> stage directory -> plays
+    train_rounds: dict[str, int] = field(default_factory=dict)  # train id -> its round dir
     _seen: set[tuple[int, str, str]] = field(default_factory=set)
 
     def all_rounds(self) -> list[int]:
@@ -168,11 +249,16 @@ def load_run(run_dir: str | Path) -> RunData:
     ckpt = path / "ckpt"
     if ckpt.is_dir():
         run.checkpoints = sorted(p.name for p in ckpt.iterdir() if p.is_dir())
+    seconds: dict[Path, float | None] = {}
     for number, directory in round_dirs:
         for shard in shard_files(directory):
             run.shards += 1
+            stage = shard.parent
+            if stage not in seconds:
+                seconds[stage] = manifest_seconds(stage)
+            where = str(stage.relative_to(path))
             for record in read([str(shard)]):
-                _fold(run, record, number)
+                _fold(run, record, number, where, seconds[stage])
     memory_file = final_memory(path)
     if memory_file is not None:
         run.memory_file = str(memory_file.relative_to(path))
@@ -182,6 +268,18 @@ def load_run(run_dir: str | Path) -> RunData:
             if isinstance(record, Memory):
                 run.memory[record.env_id or record.id] = record
     return run
+
+
+def manifest_seconds(stage: Path) -> float | None:
+    """The stage's wall time as its `_manifest.json` records it (stats.seconds), if it does."""
+    try:
+        manifest = orjson.loads((stage / MANIFEST).read_bytes())
+        value = manifest["stats"]["seconds"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return float(value)
 
 
 def final_memory(path: Path) -> Path | None:
@@ -204,9 +302,21 @@ def final_memory(path: Path) -> Path | None:
     return next((file for file in seeds if file.is_file()), None)
 
 
-def _fold(run: RunData, record: Record, dir_round: int) -> None:
+def _keep(run: RunData, number: int, record: Rollout) -> None:
+    """Keep the play if it is the round's best or worst so far (ties: the first met stays)."""
+    kept, reward = run.examples[number], float(record.reward)
+    for which, sign in (("best", 1), ("worst", -1)):
+        old = kept.get((record.hint, which))
+        if old is None or sign * reward > sign * old.reward:
+            kept[(record.hint, which)] = Example.of(record)
+
+
+def _fold(run: RunData, record: Record, dir_round: int, where: str = "",
+          seconds: float | None = None) -> None:
     run.records += 1
     number = round_of(record, dir_round)
+    if isinstance(record, Env) and record.hint:  # the hint stage re-emits envs with their hint
+        run.hints[record.id] = record.hint
     key = (number, record.kind, record.id)
     if key in run._seen:
         return
@@ -214,6 +324,10 @@ def _fold(run: RunData, record: Record, dir_round: int) -> None:
     run.counts[number][record.kind] += 1
     if isinstance(record, Design):
         run.designs[record.id] = DesignInfo(number, record.attempt)
+        if len(run.design_samples[number]) < DESIGN_SAMPLES:
+            run.design_samples[number].append(DesignSample(
+                record.id, number, record.attempt, record.slot, record.skill,
+                cut(record.completion)))
     elif isinstance(record, Env):
         run.envs[number][record.id] = EnvInfo(record.skill, record.source[:SOURCE_CHARS],
                                               tuple(record.parents))
@@ -224,6 +338,14 @@ def _fold(run: RunData, record: Record, dir_round: int) -> None:
     elif isinstance(record, Rollout):
         if not record.hint:
             run.no_hint[number][record.env_id].append(record.reward)
+        run.played[number].add(record.env_id)
+        _keep(run, number, record)
+        tally = run.tallies[number].setdefault(where, PlayTally(seconds=seconds))
+        tally.plays += 1
+        for turn in record.turns:
+            if turn.completion_ids is not None:
+                tally.completions += 1
+                tally.tokens += len(turn.completion_ids)
     elif isinstance(record, Eval):
         if record.task:
             return
@@ -233,5 +355,6 @@ def _fold(run: RunData, record: Record, dir_round: int) -> None:
         run.evals[record.id] = (number, record)
     elif isinstance(record, Train):
         run.train[record.id] = record
+        run.train_rounds[record.id] = number
     elif isinstance(record, Memory):
         run.memory[record.env_id or record.id] = record

@@ -3,7 +3,8 @@
 In: the run (for the header), the sections' titles and bodies, warnings, header facts.
 Out: one self-contained HTML document (inline CSS and script, no external requests, so it renders
 offline) whose script marks on <body> how many images loaded (a browser test reads it).
-Guarantees: every text that reaches the page passes through `esc` (env-derived skills, reject
+Guarantees: training-collapse alerts lead <main>; every text that reaches the page passes
+through `esc` (env-derived skills, reject
 reasons and suite names show as they are, never as markup); a table over 25 rows folds into a
 <details>; metric cells carry `data-metric`/`data-round` for tests and scrapers.
 """
@@ -110,6 +111,13 @@ th, td { border: 1px solid var(--line); padding: 3px 9px; text-align: right;
          font-variant-numeric: tabular-nums; }
 th { background: var(--panel); } td:first-child, th:first-child { text-align: left; }
 code { background: var(--panel); padding: 0 3px; }
+.alerts { background: #fdecea; border: 1px solid #d93025; padding: 6px 12px; margin: 12px 0; }
+table.transcript td { text-align: left; vertical-align: top; white-space: pre-wrap;
+                      word-break: break-word; font-family: ui-monospace, monospace;
+                      font-size: 12px; max-width: 420px; }
+p.hint { background: #eef6ee; border-left: 3px solid #2ca02c; padding: 6px 10px;
+         white-space: pre-wrap; color: var(--fg); }
+h3 { font-size: 15px; margin: 12px 0 4px; }
 .warnings { background: #fff6e5; border: 1px solid #f0a020; padding: 6px 12px; margin: 12px 0; }
 """
 
@@ -134,8 +142,9 @@ def _rounds_text(run: RunData) -> str:
 
 
 def render(run: RunData, sections: list[Section], warnings: list[str],
-           headline: tuple[str, str]) -> str:
-    """The whole page; `headline` is the (label, text) shown first and highlighted."""
+           headline: tuple[str, str], alerts: Sequence[str] = ()) -> str:
+    """The whole page; `headline` is the (label, text) shown first and highlighted; `alerts`
+    (training collapse, one line each) lead the page, above the warnings and sections."""
     from spade_cli import __version__
 
     facts = [("run", run.name), ("directory", str(run.path.resolve())),
@@ -155,6 +164,9 @@ def render(run: RunData, sections: list[Section], warnings: list[str],
     warn_block = ("<div class=\"warnings\"><strong>warnings</strong><ul>"
                   + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul></div>"
                   if warnings else "")
+    alert_block = ('<div class="alerts" id="alerts"><strong>training collapse</strong><ul>'
+                   + "".join(f"<li>{esc(a)}</li>" for a in alerts) + "</ul></div>"
+                   if alerts else "")
     nav = "".join(f'<a href="#{s.id}">{esc(s.title.split(":")[0])}</a>' for s in sections)
     body = "\n".join(f'<section id="{s.id}" class="report-section"><h2>{esc(s.title)}</h2>\n'
                      f"{s.body}\n</section>" for s in sections)
@@ -166,7 +178,7 @@ def render(run: RunData, sections: list[Section], warnings: list[str],
 <body>
 <header><h1>SPADE run report: {esc(run.name)}</h1><dl>{dl}</dl>{recipe_block}{log_block}</header>
 <nav>{nav}</nav>
-<main>{warn_block}
+<main>{alert_block}{warn_block}
 {body}
 </main>
 <script>{SCRIPT}</script>

@@ -358,3 +358,19 @@ def chart_train(charts: Charts, panels: list[tuple[str, TrainSeries]]) -> str:
         if len(lines) > 1:
             ax.legend(fontsize=7)
     return charts.save(fig, "train.png", "training curves")
+
+
+@_or_note
+def chart_round_panels(charts: Charts, name: str, alt: str,
+                       panels: Sequence[tuple[str, Sequence[tuple[int, float]]]]) -> str:
+    """One small panel per (title, [(round, value)]), side by side, the run's rounds on x."""
+    fig = charts.figure(10, 2.8)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, points), color in zip(axes, panels, _palette(len(panels))):
+        xs, ys = zip(*points)
+        _plot(ax, xs, ys, marker="o", ms=4, color=color)
+        ax.set_ylim(0, max(ys) * 1.15 if max(ys) > 0 else 1)
+        ax.set_title(title, fontsize=10)
+        _round_axis(ax, xs, charts.rounds)
+        ax.grid(alpha=0.3)
+    return charts.save(fig, name, alt)

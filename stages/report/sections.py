@@ -15,13 +15,17 @@ from typing import Any, Literal
 
 from stages.records import Memory
 from stages.report import plots, tables
-from stages.report.data import SOURCE_CHARS, RunData
+from stages.report.data import (EXAMPLE_CHARS, EXAMPLE_TURNS, SOURCE_CHARS, Example, RunData,
+                                cut)
 from stages.report.diversity import (PAPER_VENDI_N, Embedder, EmbedderUnavailable,
                                      default_embedder, diversity)
 from stages.report.page import Cell, Section, esc, metric, num, pct, say, table
 from stages.report.plots import Charts, note
 
 Numbers = dict[str, Any]
+EXAMPLE_ROUNDS = 3  # rounds whose plays are shown as transcripts (the newest ones)
+DESIGNS_SHOWN = 2  # per round and verdict (accepted, rejected, not judged)
+EXAMPLES_MAX_CHARS = 150_000  # the examples section's HTML stops growing here (page size bound)
 
 
 def _steps(n: int) -> str:
@@ -113,6 +117,9 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
     title = "Regret and designer reward"
     stats = tables.regret_stats(run)
     numbers["regret"] = stats
+    carried = tables.carried_over(run)
+    numbers["regret_carried"] = {n: len(envs) for n, envs in carried.items()}
+    numbers["regret_carried_envs"] = carried
     if not stats:
         return Section("regret", title, note("no regret records in this run"))
     rows = []
@@ -123,6 +130,7 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                      num(r and r.min), num(r and r.median), num(r and r.max), str(s["invalid"]),
                      metric(f'{s["hint_leaks"]}/{s["envs"]}', "hint_leaks", n),
                      metric(str(s["at_chance"]), "at_chance", n),
+                     metric(str(len(carried.get(n, []))), "carried_over", n),
                      str(d.n if d else 0), metric(num(d and d.mean), "designer_reward_mean", n),
                      num(d and d.std), num(d and d.min), num(d and d.max)])
     drawn, words = [], []
@@ -136,6 +144,10 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
             words.append(same.format(ends[0]) if ends else missing)
         else:
             drawn.append(key)
+    stale = [note(f"r{n:02d}: {len(envs)} of {s['envs']} scored envs carried over: no play of "
+                  f"theirs in r{n:02d}, so their regret and win are earlier rounds' plays, not "
+                  f"new evidence ({', '.join(envs[:5])}{' …' if len(envs) > 5 else ''}).")
+             for n, s in sorted(stats.items()) if (envs := carried.get(n))]
     body = (say("Regret = mean hinted reward − mean no-hint reward, over scored envs (rejected "
                 "and broken designs left out; start-pool envs in). Designer reward over this "
                 "run's scored designs, rejected ones included (they earn the invalid penalty); "
@@ -144,10 +156,11 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                 "reward). At chance: scored envs whose no-hint win is within two standard "
                 "errors of what a blind player wins (another seed's solution replayed): the "
                 "difficulty band pays their luck unless score-regret runs --chance-adjusted.")
-            + "".join(note(w) for w in words)
+            + "".join(note(w) for w in words) + "".join(stale)
             + (plots.chart_spreads(charts, stats, drawn) if drawn else "")
             + table(["round", "envs", "regret mean", "std", "min", "median", "max", "invalid",
-                     "hint leaks", "at chance", "designs", "designer mean", "std", "min", "max"], rows))
+                     "hint leaks", "at chance", "carried over (not played this round)",
+                     "designs", "designer mean", "std", "min", "max"], rows))
     return Section("regret", title, body)
 
 
@@ -320,3 +333,169 @@ def memory(run: RunData) -> Section:
             + table(["skill", "entries", "mean win rate (share won)", "mean regret", "oldest round",
                      "newest round"], rows))
     return Section("memory", "Memory", body)
+
+
+def alerts(run: RunData, numbers: Numbers) -> list[str]:
+    """One line per training statistic past its collapse threshold (shown atop the page)."""
+    found = tables.collapse(run)
+    numbers["collapse"] = [{"stat": c.stat, "line": c.line, "step": c.step, "round": c.round,
+                            "steps": c.steps, "worst": c.worst} for c in found]
+    return [c.text for c in found]
+
+
+def _play_rows(play: Example) -> list[list[Cell]]:
+    rows: list[list[Cell]] = []
+    last = len(play.turns) - 1
+    for index, turn in enumerate(play.turns):
+        number = index + 1
+        if play.left_out and index == last:  # the kept last turn, after the ones left out
+            rows.append(["…", f"[{play.left_out} turns not shown]", "", "", "", ""])
+            number += play.left_out
+        rows.append([str(number), turn.completion, turn.action, turn.observation,
+                     f"{turn.reward:.3g}", turn.finish_reason])
+    return rows
+
+
+def _play(run: RunData, label: str, play: Example) -> str:
+    hint = play.hint_text if play.hint_text is not None else (
+        cut(run.hints[play.env_id]) if play.hint and play.env_id in run.hints else None)
+    head = say(f"{label}: env {play.env_id}, seed {play.seed}, reward {play.reward:.3g}, "
+               f"outcome {play.outcome}, {len(play.turns) + play.left_out} turns.")
+    if play.hint:
+        head += (f'<p class="hint"><strong>hint:</strong> {esc(hint)}</p>' if hint is not None
+                 else note("the hint of this play is not recorded"))
+    if not play.turns:
+        return head + note("no turns recorded (the play ended before its first action)")
+    return head + table(["turn", "completion", "action", "observation (env's answer)",
+                         "reward", "finish"], _play_rows(play), "transcript")
+
+
+def _reason(reject) -> str:
+    if reject.error is not None and reject.error.msg:
+        return reject.error.msg
+    msg = reject.meta.get("msg")
+    return str(msg) if msg else "—"
+
+
+def examples(run: RunData, numbers: Numbers) -> Section:
+    """The best and worst plays of the newest rounds as transcripts (the hint beside each hinted
+    play), and a few designs of each round with their verdict."""
+    title = "Examples: plays and designs"
+    shown: Numbers = {}
+    numbers["examples"] = shown
+    numbers["design_examples"] = {}
+    parts: list[str] = []
+    rounds = [n for n in sorted(run.examples, reverse=True) if run.examples[n]][:EXAMPLE_ROUNDS]
+    labels = [((False, "best"), "best no-hint play"), ((False, "worst"), "worst no-hint play"),
+              ((True, "best"), "best hinted play"), ((True, "worst"), "worst hinted play")]
+    size, full = 0, False
+    for position, number in enumerate(rounds):
+        kept, seen, blocks = run.examples[number], set(), []
+        for key, label in labels:
+            play = kept.get(key)
+            if play is None or play.id in seen:
+                continue
+            seen.add(play.id)
+            shown.setdefault(number, {})[f"{'hint' if key[0] else 'no_hint'}_{key[1]}"] = {
+                "id": play.id, "env_id": play.env_id, "reward": play.reward}
+            blocks.append(_play(run, label, play))
+        block = (f"<details{' open' if position == 0 else ''}><summary>r{number:02d}: "
+                 f"{len(blocks)} plays</summary>{''.join(blocks)}</details>")
+        if size + len(block) > EXAMPLES_MAX_CHARS:
+            full = True
+            break
+        size += len(block)
+        parts.append(block)
+    plays_html = "".join(parts) or note("no rollouts in this run")
+    designs_html = _design_examples(run, numbers)
+    body = (say(f"Of each of the newest {EXAMPLE_ROUNDS} rounds: the no-hint play with the "
+                f"highest and the lowest reward, and the same of the hinted plays, beside their "
+                f"hint (ties: the first read). Texts are cut at {EXAMPLE_CHARS} characters and "
+                f"plays at {EXAMPLE_TURNS} turns (the first ones and the last), each cut marked.")
+            + plays_html
+            + (note(f"more rounds not shown: the examples stop at {EXAMPLES_MAX_CHARS} "
+                    f"characters") if full else "")
+            + "<h3>Designs and their verdicts</h3>" + designs_html)
+    return Section("examples", title, body)
+
+
+def _design_examples(run: RunData, numbers: Numbers) -> str:
+    rejected = run.rejected_designs()
+    origins = run.origins()
+    accepted = {parent for envs in run.envs.values() for env_id, env in envs.items()
+                if origins[env_id] == "designed" for parent in env.parents}
+    rows: list[list[Cell]] = []
+    for number in sorted(run.design_samples, reverse=True)[:EXAMPLE_ROUNDS]:
+        picked: dict[str, int] = defaultdict(int)
+        for design in run.design_samples[number]:
+            if design.id in rejected:
+                verdict, reason = (f"rejected: {rejected[design.id][1].check}",
+                                   _reason(rejected[design.id][1]))
+            elif design.id in accepted:
+                verdict, reason = "accepted", "—"
+            else:
+                verdict, reason = "not judged", "—"
+            kind = verdict.split(":")[0]
+            if picked[kind] >= DESIGNS_SHOWN:
+                continue
+            picked[kind] += 1
+            numbers["design_examples"].setdefault(number, []).append(
+                {"id": design.id, "verdict": verdict, "reason": reason})
+            rows.append([f"r{number:02d}", design.id, f"a{design.attempt}", str(design.slot),
+                         design.skill or "—", verdict, cut(reason), design.text])
+    if not rows:
+        return note("no design records in this run")
+    return (say(f"Per round (the newest {EXAMPLE_ROUNDS}), up to {DESIGNS_SHOWN} designs of each "
+                f"verdict, in the order read; the reason is the failing check's message.")
+            + table(["round", "design", "attempt", "slot", "skill", "verdict", "reason",
+                     "design text"], rows, "transcript"))
+
+
+def throughput(run: RunData, charts: Charts, numbers: Numbers) -> Section:
+    """Completion length and plays/s, tokens/s per round."""
+    title = "Completion length and throughput"
+    rates = tables.play_rates(run)
+    numbers["completion_tokens"] = {n: r.mean_tokens for n, r in rates.items()}
+    numbers["plays_per_s"] = {n: r.plays_per_s for n, r in rates.items()}
+    numbers["tokens_per_s"] = {n: r.tokens_per_s for n, r in rates.items()}
+    numbers["train_tokens_per_s"] = {n: r.train_tokens_per_s for n, r in rates.items()}
+    if not rates:
+        return Section("throughput", title, note("no rollout or train records in this run"))
+    panels, words = [], []
+    for label, key in (("completion tokens per completion", "mean_tokens"),
+                       ("plays/s (rollout stages)", "plays_per_s"),
+                       ("completion tokens/s (rollout stages)", "tokens_per_s"),
+                       ("train tokens/s", "train_tokens_per_s")):
+        points = [(n, getattr(r, key)) for n, r in sorted(rates.items())
+                  if getattr(r, key) is not None]
+        if not points:
+            continue
+        if len(points) > 1 and not tables.flat([v for _, v in points]):
+            panels.append((label, points))
+        elif len(points) > 1:
+            words.append(f"{label}: {points[0][1]:.4g} in every round")
+    missing = []
+    if all(r.mean_tokens is None for r in rates.values()):
+        missing.append("no completion lengths: the plays record no completion_ids")
+    if all(r.plays_per_s is None for r in rates.values()):
+        missing.append("no rollout throughput: no rollout stage directory has a _manifest.json "
+                       "with stats.seconds")
+    rows = [[f"r{n:02d}", str(r.plays), str(r.completions),
+             metric(num(r.mean_tokens, 1), "completion_tokens", n),
+             num(r.seconds, 1), metric(num(r.plays_per_s, 3), "plays_per_s", n),
+             metric(num(r.tokens_per_s, 1), "tokens_per_s", n),
+             metric(num(r.train_tokens_per_s, 1), "train_tokens_per_s", n)]
+            for n, r in sorted(rates.items())]
+    body = (say("Completion length: completion tokens per model turn (hinted and no-hint plays). "
+                "Throughput: the plays of the rollout stage directories whose _manifest.json "
+                "records the stage's wall time (stats.seconds, jail start-up included), and "
+                "their completion tokens, over that time; train tokens/s: loss tokens over the "
+                "train records' meta.seconds.")
+            + "".join(note(m + ".") for m in missing)
+            + ("".join(say(w + ".") for w in words))
+            + (plots.chart_round_panels(charts, "throughput.png",
+                                        "completion length and throughput per round", panels)
+               if panels else "")
+            + table(["round", "plays", "completions", "tokens per completion",
+                     "rollout seconds", "plays/s", "tokens/s", "train tokens/s"], rows))
+    return Section("throughput", title, body)

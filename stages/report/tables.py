@@ -3,7 +3,9 @@
 In: a `RunData` (stages.report.data). Out: plain dataclasses and dicts keyed by round: no-hint
 reward, win rates and learnable share, regret and designer reward, acceptance of the model's
 designs (per round, per attempt, overall, reject reasons by check), skill mix, eval series, train
-series, and what the training records say about the learning signal.
+series, and what the training records say about the learning signal; where training statistics
+cross the collapse thresholds below; the regret rows carried over from earlier rounds; per round
+the completion length and throughput of the plays.
 Guarantees: the start pool is never counted as designs (acceptance, designer reward and skill mix
 are over this run's designs; the pool's skills are a separate table); averages take any finite
 doubles (a sum that overflows is averaged term by term); `flat` is the one test of "this series
@@ -23,7 +25,19 @@ from stages.records import Eval
 from stages.report.data import RunData
 
 LEARNABLE = (0.2, 0.8)
-TRAIN_STATS = ("loss", "entropy", "grad_norm", "clip_frac", "approx_kl", "kl_ref", "tis_weight")
+TRAIN_STATS = ("loss", "entropy", "grad_norm", "clip_frac", "approx_kl", "kl_ref", "tis_weight",
+               "lr")
+# Collapse: training statistics past these say the policy is no longer learning but breaking.
+# Entropy below this share of its first step's value: the policy samples (nearly) one token
+# everywhere (7.6 -> 3e-5 on a collapsed quickstart); a healthy GRPO run loses entropy by a few
+# times over a run, not a hundredfold.
+ENTROPY_FLOOR = 0.01
+# More than half of the loss tokens clipped: the updated policy is outside the PPO trust region
+# for most tokens, so most of the batch gives no gradient (healthy runs sit near 0.05-0.2).
+CLIP_FRAC_MAX = 0.5
+# approx_kl (mean of (Δ logprob)² / 2 per token) above 1: a token's probability moves by about
+# e^1.4 ≈ 4x in one step; PPO's usual early-stopping target is 0.01-0.05, so 1 is far past it.
+APPROX_KL_MAX = 1.0
 ADVANTAGE_KEY = re.compile(r"(.+)_adv_(mean|std|min|max)")
 # A series is flat when its spread is within float round-off of a policy that did not move
 # (approx_kl ~1e-11 between identical weights) or a thousandth of its size (sampling noise).
@@ -283,3 +297,118 @@ def training_signal(run: RunData, series: TrainSeries) -> Signal:
         if flat(values):
             flats[key] = max(values, key=abs)
     return Signal(learned, notes, flats)
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """A training statistic past its collapse threshold: where it started and how far it went."""
+
+    stat: str
+    line: str  # "all", or the role whose steps cross it
+    step: int  # the first step past the threshold
+    round: int | None  # the round directory of that step's record
+    steps: int  # steps past the threshold
+    of: int  # steps that record the stat
+    worst: float  # the lowest entropy, the highest clip_frac or approx_kl
+    worst_step: int
+    text: str
+
+
+def _step_rounds(run: RunData) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for record_id, record in run.train.items():
+        number = run.train_rounds.get(record_id)
+        if number is not None:
+            out[record.step] = min(number, out.get(record.step, number))
+    return out
+
+
+def collapse(run: RunData, series: TrainSeries | None = None) -> list[Collapse]:
+    """One finding per statistic (and line) past ENTROPY_FLOOR, CLIP_FRAC_MAX, APPROX_KL_MAX."""
+    series = train_series(run) if series is None else series
+    rounds = _step_rounds(run)
+    found = []
+    for stat in ("entropy", "clip_frac", "approx_kl"):
+        for line, points in series.get(stat, {}).items():
+            points = [(step, value) for step, value in points if math.isfinite(value)]
+            if not points:
+                continue
+            if stat == "entropy":
+                first = points[0][1]
+                if not first > 0:
+                    continue
+                limit = ENTROPY_FLOOR * first
+                past = [(s, v) for s, v in points if v < limit]
+                worst_step, worst = min(points, key=lambda p: p[1])
+                words = (f"entropy collapse: below {ENTROPY_FLOOR:.0%} of its first value "
+                         f"({first:.3g} at step {points[0][0]})")
+                tail = f"lowest {worst:.3g} at step {worst_step}"
+            else:
+                limit = CLIP_FRAC_MAX if stat == "clip_frac" else APPROX_KL_MAX
+                past = [(s, v) for s, v in points if v > limit]
+                worst_step, worst = max(points, key=lambda p: p[1])
+                words = f"{stat} above {limit:g}"
+                tail = f"peak {worst:.3g} at step {worst_step}"
+            if not past:
+                continue
+            step = past[0][0]
+            number = rounds.get(step)
+            where = f"step {step}" + (f" (r{number:02d})" if number is not None else "")
+            role = "" if line == "all" else f" [{line}]"
+            text = (f"{words}{role} from {where} on: {len(past)} of {len(points)} steps past "
+                    f"it, {tail}.")
+            found.append(Collapse(stat, line, step, number, len(past), len(points), worst,
+                                  worst_step, text[0].upper() + text[1:]))
+    return found
+
+
+def carried_over(run: RunData) -> dict[int, list[str]]:
+    """Per round: the scored envs (regret records, broken ones left out) with no play of their
+    own in that round: their numbers are from earlier rounds' plays (score-regret's window)."""
+    out = {}
+    for number in run.all_rounds():
+        envs = sorted({r.env_id for r in run.regrets.get(number, {}).values()
+                       if r.env_id and not r.broken} - run.played.get(number, set()))
+        if run.regrets.get(number):
+            out[number] = envs
+    return out
+
+
+@dataclass(frozen=True)
+class PlayRates:
+    plays: int  # plays read in the round (hinted and not)
+    completions: int  # turns recording completion_ids
+    mean_tokens: float | None  # completion tokens per completion
+    timed_plays: int  # plays in stage directories whose manifest records seconds
+    seconds: float | None  # those directories' wall time
+    plays_per_s: float | None
+    tokens_per_s: float | None
+    train_tokens_per_s: float | None  # loss tokens / seconds of the round's train records
+
+
+def play_rates(run: RunData) -> dict[int, PlayRates]:
+    """Per round: completion length, and rollout throughput over the stages' wall time."""
+    train: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for record_id, record in run.train.items():
+        seconds = record.meta.get("seconds")
+        tokens = record.stats.get("loss_tokens")
+        if isinstance(seconds, (int, float)) and seconds > 0 and tokens is not None:
+            number = run.train_rounds.get(record_id, 0)
+            train[number][0] += float(tokens)
+            train[number][1] += float(seconds)
+    out = {}
+    for number in sorted(set(run.tallies) | set(train)):
+        tallies = list(run.tallies.get(number, {}).values())
+        plays = sum(t.plays for t in tallies)
+        completions = sum(t.completions for t in tallies)
+        tokens = sum(t.tokens for t in tallies)
+        timed = [t for t in tallies if t.seconds is not None and t.plays]
+        seconds = math.fsum(t.seconds for t in timed) if timed else None
+        timed_tokens = sum(t.tokens for t in timed)
+        out[number] = PlayRates(
+            plays, completions, tokens / completions if completions else None,
+            sum(t.plays for t in timed), seconds,
+            sum(t.plays for t in timed) / seconds if seconds else None,
+            timed_tokens / seconds if seconds and any(t.completions for t in timed) else None,
+            train[number][0] / train[number][1] if number in train else None)
+    return out

@@ -43,6 +43,14 @@ def records(workspace: Path) -> dict[str, dict]:
     return found
 
 
+def fake_model(path: Path) -> Path:
+    """A directory that passes the model-folder check (config and tokenizer files)."""
+    path.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json"):
+        (path / name).write_text("{}")
+    return path
+
+
 def spade_run(workspace: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "spade_cli", "run", "tiny.toml"],
                             cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -120,7 +128,7 @@ def test_option_types_are_checked_when_the_recipe_is_read(tmp_path, table, messa
 def test_changed_options_of_a_finished_round_are_named_when_it_reruns(tmp_path, monkeypatch):
     """A hint stage with no envs to hint runs no command: the round is only bookkeeping."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "model").mkdir()
+    fake_model(tmp_path / "model")
     (tmp_path / "runs" / "w" / "memory").mkdir(parents=True)
     (tmp_path / "runs" / "w" / "memory" / "seed.jsonl").write_text("")
     recipe = ('schema = "spade.recipe/v1"\nname = "w"\nrun_dir = "runs/w"\nrounds = 1\n'

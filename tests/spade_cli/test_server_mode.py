@@ -208,6 +208,8 @@ def run_with_fake_server(tmp_path, dies: str, serve: str = "") -> tuple:
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "stub.py"} "$@"\n')
     python.chmod(0o755)
     (tmp_path / "model").mkdir()
+    for name in ("config.json", "tokenizer.json"):  # what `spade run` checks of [model] init
+        (tmp_path / "model" / name).write_text("{}")
     (tmp_path / "r.toml").write_text(
         HEAD + f'start_pool = "{{starter}}"\n[model]\ninit = "model"\n'
         f'[serve]\npython = "{python}"\n{serve}[[stage]]\ncommand = "rollout"\nplays = 1\n')

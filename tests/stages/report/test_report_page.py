@@ -12,7 +12,7 @@ from stages import report
 from stages.report import sections
 
 SECTIONS = ["no-hint", "overview", "win-rate", "regret", "validation", "skills", "diversity",
-            "eval", "train", "memory"]
+            "eval", "train", "throughput", "examples", "memory"]
 
 
 def test_html_has_every_section_and_the_numbers(fixture, built, metric):

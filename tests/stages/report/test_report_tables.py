@@ -73,8 +73,8 @@ def test_training_with_signal_names_a_role_without_samples(run_dir, tmp_path):
     run = load_run(run_dir)
     signal = tables.training_signal(run, tables.train_series(run))
     assert signal.learned is True and signal.notes == []
-    assert set(signal.flat) == {"tis_weight", "agent_adv_mean", "designer_adv_mean",
-                                "designer_adv_std"}
+    assert set(signal.flat) == {"tis_weight", "lr", "agent_adv_mean", "designer_adv_mean",
+                                "designer_adv_std"}  # the fixture's lr is constant: said, not drawn
     run.train = {k: v for k, v in run.train.items() if v.role == "agent"}
     assert tables.training_signal(run, tables.train_series(run)).notes == [
         "no designer samples in any step"]
