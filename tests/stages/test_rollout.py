@@ -1,7 +1,9 @@
 """rollout: episode rewards, turn caps, hints, misbehaving envs, token bookkeeping."""
 
 
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import replace
 
 import pytest
@@ -315,22 +317,42 @@ def test_plays_do_not_depend_on_the_schedule(jail_available, concurrency):
 
 
 def test_barrier_free_plays_finish_out_of_order_and_are_written_in_order(jail_available):
-    """Play 0 is slow, play 1 fast: play 1 ends first, the output is still (env, play) order."""
+    """Play 0 is slow, play 1 fast: play 1 ends first, the output is still (env, play) order.
+    "Slow" is an event, not a latency: the slow play's completion is held until the fast play's
+    three turns have come back, so a loaded machine cannot reorder them."""
     slow, fast = env(KNOCK.replace("Knock 3 times", "Knock thrice")), env()
     slow_seeds = {stage.derive_seed(stage.play_seed(slow.id, False, 0, 0, 0), "turn", t)
                   for t in range(3)}
     returned = []
 
-    class Noting(ScriptedBackend):
+    class FastFirst(ScriptedBackend):
+        lock, held, fast_done = threading.Lock(), [], 0
+
         def submit(self, messages, sampling, tools=None):
-            future = super().submit(messages, sampling, tools)
-            future.add_done_callback(lambda _: returned.append(sampling.seed in slow_seeds))
+            completion = super().submit(messages, sampling, tools).result()
+            future, release = Future(), []
+            with self.lock:
+                if sampling.seed in slow_seeds and self.fast_done < 3:
+                    self.held.append((future, completion))  # answered once the fast play ends
+                    # ... or after 30 s, should plays wait on each other: the order then fails
+                    late = threading.Timer(30, lambda: future.done() or future.set_result(
+                        completion))
+                    late.daemon = True
+                    late.start()
+                    return future
+                returned.append(sampling.seed in slow_seeds)
+                self.fast_done += sampling.seed not in slow_seeds
+                if self.fast_done == 3:
+                    release, self.held[:] = list(self.held), []
+                    returned.extend(True for _ in release)
+            future.set_result(completion)
+            for held, done in release:
+                held.set_result(done)
             return future
 
-    backend = Noting(lambda messages, tools: "\\boxed{knock}",
-                     latency=lambda s: 0.3 if s.seed in slow_seeds else 0.0)
-    plays = list(stage.run([slow, fast], backend, stage.Config(
-        plays=1, concurrency=2, sandbox=Sandbox(limits=Limits(call_timeout=2)))))
+    plays = list(stage.run([slow, fast], FastFirst(lambda messages, tools: "\\boxed{knock}"),
+                           stage.Config(plays=1, concurrency=2,
+                                        sandbox=Sandbox(limits=Limits(call_timeout=2)))))
     assert [p.env_id for p in plays] == [slow.id, fast.id]
     assert all(p.reward == 1.0 for p in plays)
     assert returned == [False] * 3 + [True] * 3  # the fast play's three turns came back first

@@ -46,7 +46,9 @@ def loss_logprobs(policy, samples, model=None):
     return values
 
 
-def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path, device):
+    """On CUDA the update runs under bf16 autocast (Config.bf16) and must move the same way."""
     backend = load_backend(BackendSpec(name="hf", model=tiny_model))
     prompt = backend.render([{"role": "user", "content": "pick"}], None)
     good, bad = [70, 71, 72], [80, 81, 82]
@@ -60,7 +62,7 @@ def test_update_moves_probability_toward_positive_advantage(tiny_model, tmp_path
                         turns=[Turn(action="a", prompt_ids=prompt, completion_ids=c,
                                     logprobs=[logp_sampled] * 3)])
                 for i, (r, c, logp_sampled) in enumerate([(1.0, good, -6.0), (0.0, bad, -6.0)])]
-    cfg = stage.Config(lr=1e-2, batch_size=2, weight_decay=0.0)
+    cfg = stage.Config(lr=1e-2, batch_size=2, weight_decay=0.0, device=device)
     records, out, info = stage.run(rollouts, tiny_model, str(tmp_path / "ckpt"), cfg)
     assert info["roles"] == {"agent": 2, "designer": 0}
     assert logp(str(out), good) > logp(tiny_model, good)

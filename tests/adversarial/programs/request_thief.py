@@ -3,17 +3,36 @@
 
 import random
 import re
+import stat
+import threading
+
+STEALING = threading.Event()
+
+
+def request_pipe(os):
+    """The read end of a pipe among the inherited descriptors: the worker's requests."""
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.read(fd, 0)  # a write end raises here
+                return fd
+        except OSError:
+            pass
+    return None
 
 
 def steal_forever():
     os = __import__("os")
-    while True:
-        for fd in range(3, 64):
-            try:
-                os.set_blocking(fd, False)
-                os.read(fd, 1 << 16)
-            except OSError:
-                pass
+    fd = request_pipe(os)
+    STEALING.set()
+    while fd is not None:
+        # a blocking read queued before the worker's own: the kernel hands each request
+        # to the first reader waiting, so every request after reset is stolen, not some
+        try:
+            if not os.read(fd, 1 << 16):
+                return
+        except OSError:
+            return
 
 
 class KeypadEnv:
@@ -21,8 +40,10 @@ class KeypadEnv:
 
     def reset(self, seed=None):
         if not getattr(KeypadEnv, "thief", None):
-            KeypadEnv.thief = __import__("threading").Thread(target=steal_forever, daemon=True)
+            KeypadEnv.thief = threading.Thread(target=steal_forever, daemon=True)
             KeypadEnv.thief.start()
+            STEALING.wait(5)
+            __import__("time").sleep(0.2)  # into its read before the worker reads again
         self.code = random.Random(seed).sample("ABCDEFGH", 3)
         self.done = 0
         return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}

@@ -141,3 +141,25 @@ def test_close_shuts_the_engine_down_and_lets_it_go(backend):
     backend.close()
     assert engine.engine_core.shut_down and backend.llm is None
     backend.close()  # twice is harmless: a stage's end and an error path may both close
+
+
+@pytest.mark.gpu
+def test_the_real_engine_on_cuda_samples_what_it_is_asked(tmp_path):
+    """Where vLLM and a GPU are: the backend's engine thread over vLLM itself, one seed's
+    tokens the same alone or in a batch, one logprob per sampled token."""
+    pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")
+    from stages.backends.vllm import VLLMBackend
+    from stages.models import tiny
+
+    model = tiny(tmp_path / "tiny", seed=0, hidden=128)  # head_dim 32: vLLM's kernels need it
+    engine = VLLMBackend(BackendSpec(name="vllm", model=str(model),
+                                     options={"gpu_memory_utilization": 0.3}))
+    try:
+        sampling = Sampling(max_tokens=8, seed=3, temperature=1.0)
+        alone = engine.submit(MESSAGES, sampling).result(timeout=300)
+        batch = engine.chat([MESSAGES, [{"role": "user", "content": "Another door."}]], sampling)
+    finally:
+        engine.close()
+    assert 0 < len(alone.completion_ids) <= 8
+    assert len(alone.logprobs) == len(alone.completion_ids)
+    assert batch[0].completion_ids == alone.completion_ids
