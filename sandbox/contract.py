@@ -27,6 +27,13 @@ boxed, and a game without `solution()` (the reference's multi-turn template has 
 every check but `oracle`, which cannot run: `EnvFacts.oracle` is False, and its record says
 `oracle: none`. docs/ENVS.md, "Envs in the reference format", has it all as users read it.
 
+Every check plays `solution()`'s actions as a model's reply reaches the env in `spade rollout`
+(sandbox/actions.py: a game's last balanced box), and an action holding a character no reply
+carries (a backspace from an ordinary "\\boxed" literal) fails `oracle` (`sent_actions`). A
+tool-use module's own `class ToolUseBaseEnv` that only restates the base is blanked before the
+checks (`drop_restated_base`); stages/validate.py marks a design cut at --max-tokens whose code
+does not parse `truncated`.
+
 The reset gate is ours, stricter than the reference's, for both APIs: a criterion that holds at
 reset, or raises, on any seed fails it (the reference rejects only a criterion that raises at every
 seed it tries, and skips the gate at rollout 0). Kept because on every valid tool-use env we have,
@@ -45,10 +52,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from sandbox.actions import as_sent, unsendable_reason
 from sandbox import env_class, reference_tool_base, tool_base
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
-CHECKS = ("extract", "parse", "structure", "load", "reset", "determinism", "garbage",
+CHECKS = ("extract", "parse", "truncated", "structure", "load", "reset", "determinism", "garbage",
           "step_types", "oracle", "trivial", "resources", "reset_gate", "policy")
 # Any stdlib module may be imported: the jail, not this list, is the security boundary. These
 # are refused only because they cannot work in the jail or make no sense in an env.
@@ -285,6 +293,79 @@ def static_checks(text: str, is_source: bool = False) -> str:
     return source
 
 
+def _stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method body that does nothing: a docstring, `pass`, `...`, `return`/`return None`,
+    `raise NotImplementedError(...)`."""
+    for statement in function.body:
+        if isinstance(statement, ast.Pass):
+            continue
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # a docstring or `...`
+        if isinstance(statement, ast.Return) and (statement.value is None or (
+                isinstance(statement.value, ast.Constant) and statement.value.value is None)):
+            continue
+        if isinstance(statement, ast.Raise) and statement.exc is not None:
+            exc = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                continue
+        return False
+    return True
+
+
+def drop_restated_base(source: str) -> tuple[str, bool]:
+    """A tool-use module that writes its own `class ToolUseBaseEnv` (the designer prompt says it
+    is injected; small models write it anyway): when that class only restates the base (methods
+    and attributes the base has, every method a stub, constant class attributes), its lines are
+    blanked, so line numbers hold, and True is returned; one that changes behaviour is a
+    `structure` reject saying what to remove. A module without one comes back as it is."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source, False
+    own = [node for node in tree.body
+           if isinstance(node, ast.ClassDef) and node.name == env_class.BASE_NAME]
+    if not own:
+        return source, False
+    if len(own) > 1:
+        raise ContractError("structure", f"{env_class.BASE_NAME} is defined {len(own)} times; the "
+                            "jail provides it: remove every definition")
+    node = own[0]
+    base_names = set(vars(tool_base.ToolUseBaseEnv))
+
+    def reject(why: str) -> ContractError:
+        return ContractError("structure", f"line {node.lineno}: the module defines its own "
+                             f"{env_class.BASE_NAME}, and {why}; the jail provides the base "
+                             "class: remove the class and keep only your *Env subclass")
+
+    if node.bases or node.keywords or node.decorator_list:
+        raise reject("it has bases, keywords or decorators of its own")
+    for item in node.body:
+        if isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant):
+            continue
+        if isinstance(item, ast.Pass):
+            continue
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if item.name not in base_names:
+                raise reject(f"its {item.name}() is not a method of the injected one")
+            if item.decorator_list or not _stub(item):
+                raise reject(f"its {item.name}() has a body of its own (line {item.lineno})")
+            continue
+        if isinstance(item, (ast.Assign, ast.AnnAssign)):
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if len(names) == len(targets) and set(names) <= base_names | {"max_turns"} \
+                    and (item.value is None or isinstance(item.value, ast.Constant)):
+                continue
+            raise reject(f"it sets an attribute the injected one does not (line {item.lineno})")
+        raise reject(f"its body runs code (line {item.lineno})")
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    lines = source.splitlines(keepends=True)
+    for index in range(first - 1, node.end_lineno):
+        lines[index] = "\n"
+    lines[first - 1] = "# (ToolUseBaseEnv restated here: dropped, the jail provides it)\n"
+    return "".join(lines), True
+
+
 # -- runtime checks: through jailed workers ------------------------------------------------------
 
 class Probe:
@@ -393,6 +474,18 @@ def solution_actions(probe: Probe, seed: int) -> list[str]:
     return actions
 
 
+def sent_actions(actions: list[str], domain: str, seed: int) -> list[str]:
+    """solution()'s actions as a model's reply reaches the env in `spade rollout` (a game's last
+    balanced box, sandbox/actions.py), so every check plays only what an agent can send; an
+    action holding a character no reply carries (a backspace from an ordinary "\\boxed"
+    literal) fails the oracle."""
+    for index, action in enumerate(actions):
+        reason = unsendable_reason(action, index, seed)
+        if reason:
+            raise ContractError("oracle", reason)
+    return [as_sent(action, domain) for action in actions]
+
+
 def solve(sandbox: Sandbox, source: str, seeds: Seeds, env: EnvClass) -> dict[int, Solved]:
     """solution() for each used seed, each right after a fresh reset, in a worker of its own
     (for an env without solution(), the first observations only); then, while every seed gives
@@ -400,14 +493,16 @@ def solve(sandbox: Sandbox, source: str, seeds: Seeds, env: EnvClass) -> dict[in
     none: its seeds' hidden states cannot be told apart)."""
     with Worker(sandbox) as worker:
         probe = Probe(worker)
-        load(probe, source)
+        domain = load(probe, source).domain
         solved: dict[int, Solved] = {}
 
         def solve_one(seed: int) -> None:
             probe.check = "reset"
             first = probe.reset(seed)
             probe.check = "oracle"
-            solved[seed] = Solved(first, solution_actions(probe, seed) if env.solution else None)
+            actions = sent_actions(solution_actions(probe, seed), domain, seed) \
+                if env.solution else None
+            solved[seed] = Solved(first, actions)
 
         for seed in list(seeds.used):
             solve_one(seed)

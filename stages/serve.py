@@ -151,6 +151,73 @@ def command(model: str, python: str | None = None, host: str = "127.0.0.1", port
     return argv + list(args)
 
 
+GiB = 1 << 30
+CPU_KV_TARGET = 4 * GiB  # KV cache a CPU engine asks for (the old VLLM_CPU_KVCACHE_SPACE default)
+CPU_KV_MIN = GiB // 4  # less KV than this serves nothing useful
+CPU_FREE_SHARE = 0.8  # of MemAvailable, at most: the jails, the trainer and the OS need the rest
+CPU_OVERHEAD = 1.25  # weights x this: torch, the engine's buffers and activations
+CPU_MEMORY_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+def cpu_memory_share(total: int, available: int, model_bytes: int,
+                     kv_target: int = CPU_KV_TARGET) -> tuple[float, str]:
+    """The --gpu-memory-utilization for a CPU engine, and the line that says why. On CPU vLLM
+    reserves that share of *all* RAM for weights plus KV cache and refuses to start when
+    MemAvailable is smaller (its default, 0.92, fails on any machine in use). Asks for the model
+    with its overhead plus `kv_target` of KV cache, capped at CPU_FREE_SHARE of what is free;
+    BackendUnavailable when even the weights and CPU_KV_MIN do not fit."""
+    if total <= 0 or available <= 0:
+        raise ValueError("memory sizes must be positive")
+    weights = int(model_bytes * CPU_OVERHEAD)
+    cap = int(available * CPU_FREE_SHARE)
+    wanted = min(weights + kv_target, cap)
+    if wanted < weights + CPU_KV_MIN:
+        raise BackendUnavailable(
+            f"not enough free memory for a CPU engine: the model needs about "
+            f"{(weights + CPU_KV_MIN) / GiB:.1f} GiB, {CPU_FREE_SHARE:.0%} of the "
+            f"{available / GiB:.1f} GiB available is {cap / GiB:.1f} GiB; free some memory or "
+            "pass --gpu-memory-utilization / --kv-cache-memory-bytes yourself")
+    share = max(0.001, int(wanted / total * 1000) / 1000)  # rounded down: never over the cap
+    reason = (f"CPU engine: --gpu-memory-utilization {share} ({share * total / GiB:.1f} of "
+              f"{total / GiB:.1f} GiB RAM; {available / GiB:.1f} GiB available, model "
+              f"{model_bytes / GiB:.1f} GiB, KV cache about "
+              f"{max(0, share * total - weights) / GiB:.1f} GiB)")
+    return share, reason
+
+
+def meminfo() -> tuple[int, int]:
+    """MemTotal and MemAvailable in bytes (/proc/meminfo)."""
+    values = {}
+    with open("/proc/meminfo") as lines:
+        for line in lines:
+            name, _, rest = line.partition(":")
+            if name in ("MemTotal", "MemAvailable"):
+                values[name] = int(rest.split()[0]) * 1024
+    return values["MemTotal"], values["MemAvailable"]
+
+
+def model_size(model: str) -> int:
+    """Bytes of a model folder's weight files (0 for a hub id or an unreadable path)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return 0
+    return sum(path.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt")
+               for path in folder.glob(pattern))
+
+
+def cpu_memory_args(model: str, args: tuple[str, ...] | list[str] = (),
+                    env: dict[str, str] | None = None) -> tuple[list[str], str | None]:
+    """Extra vLLM arguments sizing a CPU engine's memory, and the line saying so: none where
+    there is a CUDA device, or the user sized it (either flag, or VLLM_CPU_KVCACHE_SPACE)."""
+    env = os.environ if env is None else env
+    said = any(arg.split("=", 1)[0].replace("_", "-") in CPU_MEMORY_FLAGS for arg in args)
+    if said or env.get("VLLM_CPU_KVCACHE_SPACE") or sleep_supported():
+        return [], None
+    total, available = meminfo()
+    share, reason = cpu_memory_share(total, available, model_size(model))
+    return ["--gpu-memory-utilization", str(share)], reason
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -289,9 +356,12 @@ def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: 
     """Start the server and wait until it serves `SERVED_NAME`; `log` (appended) takes its
     output, else it goes to our stderr; `env`: more environment variables for the server."""
     port = port or free_port(host)
-    argv = command(model, python, host, port, context_length, sleep_mode, args, layout)
     env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
+    sized, reason = cpu_memory_args(model, args, env)
+    if reason:
+        print(f"serve: {reason}", file=sys.stderr)
+    argv = command(model, python, host, port, context_length, sleep_mode, [*sized, *args], layout)
     if python and os.path.realpath(python) != os.path.realpath(sys.executable):
         for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # ours would mix two installs
             env.pop(name, None)

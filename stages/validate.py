@@ -44,8 +44,8 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds, runtime_checks,
-                              static_checks)
+from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds,
+                              drop_restated_base, runtime_checks, static_checks)
 from sandbox.jail import Sandbox
 from stages import trivial
 from stages.executor import Executor, LocalExecutor
@@ -77,6 +77,17 @@ def validation_seeds(base: int, design: Design, count: int = VALIDATION_SEEDS) -
     return seeds
 
 
+def truncated(design: Design, exc: ContractError) -> ContractError | None:
+    """A design cut at --max-tokens whose code does not extract or parse: its own check,
+    `truncated`, not the syntax error the cut made (a cut design that parses goes on)."""
+    if exc.check not in ("extract", "parse") or design.meta.get("finish_reason") != "length":
+        return None
+    tokens = f" ({len(design.completion_ids)} tokens)" if design.completion_ids else ""
+    return ContractError("truncated", f"the designer's answer was cut at --max-tokens{tokens} "
+                         f"before its code ended ({exc.check}: {exc.msg}): raise --max-tokens "
+                         "or ask for shorter envs")
+
+
 def validate_one(design: Design, cfg: Config) -> Env | Validation:
     base = cfg.seed if cfg.seed is not None else secrets.randbits(31)
     drawn = validation_seeds(base, design, VALIDATION_SEEDS + SPARE_SEEDS)
@@ -96,6 +107,13 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
 
     try:
         source = static_checks(design.completion, is_source=source_file is not None)
+        if design.domain == "tool_use" or "(ToolUseBaseEnv)" in source:
+            source, dropped = drop_restated_base(source)
+            if dropped:
+                meta["validation"]["dropped_base_class"] = True
+    except ContractError as exc:
+        return reject(truncated(design, exc) or exc)
+    try:
         facts = runtime_checks(cfg.sandbox, source, seeds)
     except ContractError as exc:
         return reject(exc)

@@ -112,3 +112,68 @@ def test_usage_and_missing_input(tmp_path):
     assert play(str(GAME), "--hint").exit_code == 2
     assert play("-").exit_code == 2
     assert play(str(GAME), "--sandbox", "docker").exit_code == 2
+
+
+def typed_line(action: str) -> str:
+    """A solution's `<tool_call>{...}</tool_call>` as a person types it: name key=value ..."""
+    import json
+    import shlex
+
+    if not action.startswith("<tool_call>"):
+        return "done" if action == "<answer>done</answer>" else action
+    call = json.loads(action[len("<tool_call>"):-len("</tool_call>")])
+    words = [call["name"]] + [
+        f"{key}={shlex.quote(value if isinstance(value, str) else json.dumps(value))}"
+        for key, value in call["arguments"].items()]
+    return " ".join(words)
+
+
+def test_tool_use_name_key_value_lines_and_done_win(jail_available):
+    actions = solution(TOOL_USE, seed=2)
+    typed = [typed_line(action) for action in actions]
+    assert any("=" in line for line in typed) and typed[-1] == "done"
+    result = play(str(TOOL_USE), "--seed", "2", lines=typed)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "type a call as: name key=value" in out
+    assert 'Call one as: NAME key=value key2="some text"' in out
+    assert "(sent <tool_call>" in out and "(sent <answer>done</answer>)" in out
+    assert out.rstrip().endswith(f"after {len(actions)} turns (terminated): won, episode reward "
+                                 "+1.00")
+
+
+def test_a_typed_call_that_misfits_the_schema_is_one_line_and_no_turn(jail_available):
+    lines = ["extend_booking minutes=30",  # booking_id is required
+             "extend_booking booking_id=B1 minutes=30 colour=red",  # no such argument
+             "extend_booking booking_id",  # not key=value
+             'extend_booking booking_id="B1',  # an unclosed quote
+             '{"name": "list_rooms", "arguments": {"min_capacity": 4}}',  # raw JSON: sent
+             "list_rooms min_capacity=4 feature='video wall'"]
+    result = play(str(TOOL_USE), "--seed", "2", lines=lines)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "(not sent: extend_booking needs booking_id=...)" in out
+    assert "(not sent: extend_booking has no argument 'colour' (it takes booking_id, minutes))" \
+        in out
+    assert "(not sent: extend_booking: 'booking_id' is not key=value)" in out
+    assert "(not sent: No closing quotation" in out
+    assert ('(sent <tool_call>{"name": "list_rooms", "arguments": {"min_capacity": 4}}'
+            '</tool_call>)') in out
+    assert ('(sent <tool_call>{"name": "list_rooms", "arguments": {"min_capacity": 4, '
+            '"feature": "video wall"}}</tool_call>)') in out
+    assert "after 2 turns (end of input)" in out  # only the two sent lines were turns
+
+
+def test_typed_values_are_json_when_they_parse_and_text_for_string_parameters():
+    from spade_cli.play import tool_action
+
+    tools = [{"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "required": ["text"], "properties": {
+            "text": {"type": "string"}, "count": {"type": "integer"}, "tags": {}}}}}]
+    assert tool_action('note text=007 count=3 tags=\'["a", 1]\'', tools) == (
+        '<tool_call>{"name": "note", "arguments": {"text": "007", "count": 3, '
+        '"tags": ["a", 1]}}</tool_call>')
+    assert tool_action("note text=hi tags=not-json", tools).endswith(
+        '"tags": "not-json"}}</tool_call>')
+    assert tool_action("something else", tools) == "something else"  # as typed
+    assert tool_action("done", tools) == "<answer>done</answer>"

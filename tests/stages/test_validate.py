@@ -26,7 +26,9 @@ def expected_check(path: Path) -> str:
 
 def design_for(path: Path) -> Design:
     if path.suffix == ".txt":  # a model answer, not a source file
-        return Design(completion=path.read_text())
+        text = path.read_text()
+        cut = "# finish_reason: length" in text.splitlines()[:3]  # the designer ran out of tokens
+        return Design(completion=text, meta={"finish_reason": "length"} if cut else {})
     return stage.designs_from_files([path])[0]
 
 
@@ -263,3 +265,32 @@ def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, jail_
     assert isinstance(record, Validation) and record.check == "trivial", record
     assert policy in record.error.msg and "of 5 seeds" in record.error.msg
     assert record.meta["trivial"]["wins"]
+
+
+def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(jail_available):
+    """"\\boxed{open 3}" in an ordinary literal holds a backspace: only solution() can send it."""
+    path = BROKEN / "oracle_backspace.py"
+    record = stage.validate_one(design_for(path), stage.Config(seed=0))
+    assert isinstance(record, Validation) and record.check == "oracle"
+    assert "action 1" in record.error.msg and 'backspace ("\\b")' in record.error.msg
+    assert 'r"\\boxed{...}"' in record.error.msg
+    raw = path.read_text().replace('self.answer = "\\boxed{', 'self.answer = r"\\boxed{')
+    assert raw != path.read_text()
+    fixed = stage.designs_from_files([path])[0]
+    record = stage.validate_one(Design(completion=raw, domain=fixed.domain, skill=fixed.skill,
+                                       meta=fixed.meta), stage.Config(seed=0))
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+
+
+def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(jail_available):
+    cut = Design(completion=(BROKEN / "truncated.txt").read_text(),
+                 meta={"finish_reason": "length"})
+    record = stage.validate_one(cut, stage.Config(seed=0))
+    assert record.check == "truncated" and "--max-tokens" in record.error.msg
+    assert "parse" in record.error.msg
+    uncut = Design(completion=cut.completion)
+    assert stage.validate_one(uncut, stage.Config(seed=0)).check == "parse"
+    example = Path(__file__).parents[2] / "docs" / "examples" / "guess_number.py"
+    whole = Design(completion=f"```python\n{example.read_text()}```",
+                   meta={"finish_reason": "length"})
+    assert isinstance(stage.validate_one(whole, stage.Config(seed=0)), Env)

@@ -21,9 +21,10 @@ with the protocol trl 1.16 reads (trl/trainer/grpo_trainer.py, `GRPOTrainer.__in
 and plain (non-function) attributes `outcome`, `turns`, `done`, `episode` (the `JailedEnv`).
 
 Guarantees:
-- The env's code only ever runs inside a jailed `Worker` (through sandbox/gym.py's `JailedEnv`);
-  this process sees its replies as checked JSON data. The tool list is read from the env in the
-  jail once, when `environment_factory` is called.
+- The env's code only ever runs inside a jailed `Worker` (through stages/adapters/common.py's
+  `Play` over sandbox/gym.py's `JailedEnv`); this process sees its replies as checked JSON
+  data. The tool list is read from the env in the jail once, when `environment_factory` is
+  called.
 - A misbehaving env is an outcome, not a crash: an exception in the env, a timeout, oom, an
   output limit or a reply of the wrong shape ends the episode; the tool returns one line saying
   so, `outcome` holds the jail outcome (see `jail.OUTCOMES`), `get_reward()` is 0.0, and the next
@@ -32,7 +33,8 @@ Guarantees:
   raises `jail.SandboxUnavailable`, as everywhere in spade.
 - An episode ends at termination, truncation or `max_turns` (capped at 25, as rollouts are);
   later tool calls answer "The episode is over." and reach no env.
-Each instance holds one jail while it lives: TRL keeps one instance per concurrent rollout.
+Each instance holds one jail from its first `reset` while it lives: TRL keeps one instance per
+concurrent rollout.
 """
 
 from __future__ import annotations
@@ -40,92 +42,50 @@ from __future__ import annotations
 import inspect
 import json
 import zlib
-from pathlib import Path
 from typing import Any, Callable
 
-from sandbox.gym import MAX_TURNS_CAP, EnvCrashed, JailedEnv
 from sandbox.jail import Sandbox
+from stages.adapters.common import Play, probe, to_action
 
-__all__ = ["SpadeTRLEnv", "env_source", "environment_factory"]
+__all__ = ["SpadeTRLEnv", "environment_factory"]
 
 JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
               "object": dict}
 RESERVED = {"reset", "get_reward", "finish"}
 
 
-def env_source(env: Any, id_prefix: str | None = None) -> tuple[str, str]:
-    """(a name for messages, the source) of a .py path, shard path + id prefix, record or text."""
-    if hasattr(env, "source") and hasattr(env, "id"):  # a stages.records.Env
-        return env.id, env.source
-    text = str(env)
-    if "\n" in text:  # source text
-        return "<source>", text
-    if text.endswith(".py"):
-        return text, Path(text).read_text()
-    from stages.shards import find_shards, read_shard
-
-    envs = [r for shard in find_shards([text], {"env"}) for r in read_shard(shard)
-            if r.kind == "env" and (id_prefix is None or r.id.startswith(id_prefix))]
-    if len(envs) != 1:
-        raise ValueError(f"{text}: {len(envs)} env records match id prefix {id_prefix!r}; "
-                         "exactly one must")
-    return envs[0].id, envs[0].source
-
-
 class SpadeTRLEnv:
     """Base of the per-env classes `environment_factory` builds; see the module docstring."""
 
-    _source: str = ""
-    _sandbox: Sandbox | None = None
-    _limit: int = MAX_TURNS_CAP
+    _play_args: tuple = ()  # (EnvFacts, Sandbox | None), set on each built class
 
     def __init__(self) -> None:
-        self.episode: JailedEnv | None = JailedEnv(self._source, self._sandbox)
-        self.outcome, self.turns, self.done = "ok", 0, True
-        self._reward = 0.0
+        self._play = Play(*self._play_args)
+
+    # plain attributes for TRL's callers (properties: TRL lists only functions as tools)
+    outcome = property(lambda self: self._play.outcome)
+    turns = property(lambda self: self._play.turns)
+    done = property(lambda self: self._play.done)
+    episode = property(lambda self: self._play.env)
 
     def reset(self, **row: Any) -> str:
         seed = row.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int):
+            # one seed per prompt, so the plays of a GRPO group play one episode
             prompt = json.dumps(row.get("prompt"), sort_keys=True, default=str)
             seed = zlib.crc32(prompt.encode())
-        self.outcome, self.turns, self.done, self._reward = "ok", 0, False, 0.0
-        try:
-            if self.episode is None:
-                self.episode = JailedEnv(self._source, self._sandbox)
-            observation, _info = self.episode.reset(seed=seed)
-            return observation
-        except EnvCrashed as exc:
-            return self._crashed(exc)
+        return self._play.reset(seed)
 
     def get_reward(self) -> float:
-        return self._reward
+        return self._play.reward
 
     def _act(self, action: str) -> str:
-        if self.done:
-            return "The episode is over."
-        try:
-            observation, reward, terminated, truncated, _info = self.episode.step(action)
-        except EnvCrashed as exc:
-            return self._crashed(exc)
-        self.turns += 1
-        self._reward = reward  # JailedEnv pays outcome only: 0.0 unless terminated, clipped
-        if terminated or truncated or self.turns >= self._limit:
-            self.done = True
-            observation += "\nThe episode is over."
-        return observation
-
-    def _crashed(self, exc: EnvCrashed) -> str:
-        self.outcome, self.done, self._reward = exc.outcome, True, 0.0
-        if exc.outcome != "program_error" and self.episode is not None:
-            self.episode.close()  # the worker is gone: the next reset starts a fresh one
-            self.episode = None
-        return f"The environment failed ({exc.outcome}): {exc.message}. The episode is over."
+        return self._play.step(action)
 
     def __del__(self) -> None:
-        episode = getattr(self, "episode", None)
-        if episode is not None:
-            episode.close()
+        play = getattr(self, "_play", None)
+        if play is not None:
+            play.close()
 
 
 def _tool_method(name: str, exposed: str, spec: dict) -> Callable:
@@ -168,10 +128,7 @@ def act(self, action: str) -> str:
     Args:
         action: your move, sent to the game as \\boxed{action}
     """
-    from stages.rollout import game_action, last_boxed
-
-    return self._act(game_action(action) if last_boxed(action) is not None
-                     else f"\\boxed{{{action.strip()}}}")
+    return self._act(to_action(action, "game"))
 
 
 def finish(self) -> str:
@@ -185,22 +142,13 @@ def environment_factory(env: Any, *, id_prefix: str | None = None,
 
     Loads and resets the env once in a jail to read its class, domain, max_turns and tools.
     """
-    name, source = env_source(env, id_prefix)
-    probe = JailedEnv(source, sandbox)  # EnvCrashed / SandboxUnavailable propagate
-    try:
-        _obs, info = probe.reset(seed=0)
-    finally:
-        probe.close()
-    turns = probe.max_turns
-    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
-        turns = MAX_TURNS_CAP
-    body: dict[str, Any] = {"_source": source, "_sandbox": sandbox,
-                            "_limit": min(turns, MAX_TURNS_CAP), "__doc__": f"spade env {name}"}
-    if probe.domain == "tool_use":
-        for tool in info.get("tools", []):
-            spec = tool.get("function", {}) if isinstance(tool, dict) else {}
-            tool_name = spec.get("name")
-            if not isinstance(tool_name, str) or not tool_name.isidentifier():
+    facts = probe(env, id_prefix, sandbox)  # EnvCrashed / SandboxUnavailable propagate
+    body: dict[str, Any] = {"_play_args": (facts, sandbox), "__doc__": f"spade env {facts.name}"}
+    if facts.domain == "tool_use":
+        for tool in facts.tools:
+            spec = tool["function"]
+            tool_name = spec["name"]
+            if not tool_name.isidentifier():
                 continue
             exposed = tool_name + "_" if tool_name in RESERVED or tool_name.startswith("_") \
                 else tool_name
@@ -208,5 +156,5 @@ def environment_factory(env: Any, *, id_prefix: str | None = None,
         body["finish"] = finish  # an env tool named finish is exposed as finish_
     else:
         body["act"] = act
-    class_name = probe.class_name if probe.class_name.isidentifier() else "SpadeEnv"
+    class_name = facts.class_name if facts.class_name.isidentifier() else "SpadeEnv"
     return type(class_name, (SpadeTRLEnv,), body)

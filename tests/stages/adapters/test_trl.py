@@ -1,4 +1,5 @@
-"""sandbox/trl_env.py driven by a scripted policy through the calls trl 1.16's GRPOTrainer makes.
+"""stages/adapters/trl.py driven by a scripted policy through the calls trl 1.16's GRPOTrainer
+makes.
 
 Mirrors trl/trainer/grpo_trainer.py: `__init__` probes `factory()` and lists the tools with
 `inspect.getmembers(type(instance), predicate=inspect.isfunction)` minus reset/get_reward/_*;
@@ -18,7 +19,7 @@ import pytest
 from transformers.utils import get_json_schema
 
 from sandbox.jail import Limits, Sandbox
-from sandbox.trl_env import SpadeTRLEnv, environment_factory
+from stages.adapters.trl import SpadeTRLEnv, environment_factory
 from tests.sandbox.test_gym import GUESS, TOOLS, hostile
 
 SANDBOX = Sandbox(limits=Limits(call_timeout=2))
@@ -115,3 +116,27 @@ def test_an_env_record_from_the_seed_library(nsjail_ok):
     record = next(e for e in read([str(seed_library.ENV_SHARD)]) if isinstance(e, Env))
     env = environment_factory(record, sandbox=SANDBOX)()
     assert isinstance(env.reset(seed=1), str) and trl_tools(env)
+
+
+@pytest.mark.parametrize("class_name", ["WaterJugsEnv", "BankTransfersEnv"])
+def test_seed_library_env_from_its_shard_is_won_with_its_known_actions(
+        class_name, seed_env, known_actions, as_call):
+    from stages import seed_library
+
+    record = seed_env(class_name)
+    factory = environment_factory(str(seed_library.ENV_SHARD), id_prefix=record.id[:12],
+                                  sandbox=SANDBOX)
+    env = factory()
+    tools = trl_tools(env)
+    env.reset(prompt=[{"role": "user", "content": "Play."}], seed=5)
+    for action in known_actions(record.source, 5):
+        if record.domain == "game":
+            reply = call(tools, "act", {"action": action})  # "\boxed{fill A}" goes as it is
+        elif action == "<answer>done</answer>":
+            reply = call(tools, "finish", {})
+        else:
+            name, arguments = as_call(action)  # what TRL's parser hands the tool
+            reply = call(tools, name, arguments)
+        assert isinstance(reply, str), reply
+    assert (env.done, env.outcome, env.get_reward()) == (True, "ok", 1.0)
+    assert reply.endswith("The episode is over.")

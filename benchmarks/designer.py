@@ -1,0 +1,153 @@
+"""How well a model designs envs: N designs per domain through `spade design | spade validate`.
+
+    python benchmarks/designer.py --base-url http://127.0.0.1:8000/v1 -o runs/designer-coder
+    python benchmarks/designer.py -m models/coder -n 12 --max-tokens 4096 -o runs/designer-coder
+    python benchmarks/designer.py --revalidate runs/designer-coder    # after a validator change
+
+Samples at the paper's design settings (temperature, top-p, top-k of the design stage of
+recipes/qwen3-4b-games.toml; `--max-tokens` a flag, default the recipe's), writes each domain's
+design records and validation output under the output directory, and prints one row per domain:
+designs, accepted, yield, reject reasons by check, mean completion tokens and seconds per design.
+`--revalidate DIR` validates the stored designs again and prints the old and new tables, so a
+validator change is measured on the same designs. Runs the real commands as subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = REPO / "recipes" / "qwen3-4b-games.toml"
+DOMAINS = ("game", "tool_use")
+
+
+def paper_sampling(recipe: Path = RECIPE) -> dict:
+    """temperature, top-p, top-k and max-tokens of the recipe's design stage (absent: None)."""
+    stages = tomllib.loads(recipe.read_text()).get("stage", [])
+    design = next(stage for stage in stages if stage.get("command") == "design")
+    return {key: design.get(key) for key in ("temperature", "top-p", "top-k", "max-tokens")}
+
+
+def spade(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spade_cli", *args]
+
+
+def design_command(args, domain: str, out: Path, sampling: dict) -> list[str]:
+    if args.base_url:
+        backend = ["--backend", "openai", "--base-url", args.base_url, "-m", args.served_name]
+    else:
+        backend = ["--backend", args.backend, "-m", args.model]
+    argv = spade("design", *backend, "--domain", domain, "-b", str(args.n), "--seed",
+                 str(args.seed), "--max-tokens", str(args.max_tokens), "-o", str(out),
+                 "--overwrite")
+    for key in ("temperature", "top-p", "top-k"):
+        if sampling.get(key) is not None:
+            argv += [f"--{key}", str(sampling[key])]
+    return argv + list(args.design_arg or [])
+
+
+def validate(designs: Path, out: Path, seed: int) -> float:
+    started = time.monotonic()
+    subprocess.run(spade("validate", str(designs), "-o", str(out), "--overwrite", "--seed",
+                         str(seed), "--allow-all-rejected"), check=True)
+    return time.monotonic() - started
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def row(domain: str, designs: list[dict], checked: list[dict], seconds: float | None) -> dict:
+    rejects = Counter(r.get("check", "?") for r in checked if r.get("kind") == "validation")
+    accepted = sum(r.get("kind") == "env" for r in checked)
+    tokens = [len(d["completion_ids"]) for d in designs if d.get("completion_ids")]
+    return {"domain": domain, "designs": len(designs), "accepted": accepted,
+            "yield": accepted / len(designs) if designs else 0.0, "rejects": dict(rejects),
+            "cut": sum(d.get("meta", {}).get("finish_reason") == "length" for d in designs),
+            "tokens": sum(tokens) / len(tokens) if tokens else None,
+            "seconds": seconds / len(designs) if designs and seconds is not None else None}
+
+
+def table(rows: list[dict], title: str, max_tokens: int | None) -> str:
+    lines = [f"{title} (max tokens {max_tokens})",
+             f"{'domain':<9} {'designs':>7} {'accepted':>8} {'yield':>6} {'cut':>4} "
+             f"{'tokens':>7} {'s/design':>8}  rejects by check"]
+    for r in rows:
+        rejects = ", ".join(f"{check} {n}" for check, n in sorted(r["rejects"].items())) or "-"
+        tokens = f"{r['tokens']:.0f}" if r["tokens"] is not None else "-"
+        seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "-"
+        lines.append(f"{r['domain']:<9} {r['designs']:>7} {r['accepted']:>8} {r['yield']:>6.0%} "
+                     f"{r['cut']:>4} {tokens:>7} {seconds:>8}  {rejects}")
+    return "\n".join(lines)
+
+
+def study(args) -> list[dict]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sampling = paper_sampling()
+    rows = []
+    for domain in args.domains:
+        designs = out / f"designs-{domain}.jsonl"
+        started = time.monotonic()
+        subprocess.run(design_command(args, domain, designs, sampling), check=True)
+        seconds = time.monotonic() - started
+        validate(designs, out / f"validated-{domain}.jsonl", args.seed)
+        rows.append(row(domain, records(designs), records(out / f"validated-{domain}.jsonl"),
+                        seconds))
+    (out / "study.json").write_text(json.dumps({"sampling": sampling, "max_tokens":
+                                                args.max_tokens, "rows": rows}, indent=1))
+    return rows
+
+
+def revalidate(folder: Path, seed: int) -> tuple[list[dict], list[dict]]:
+    stored = json.loads((folder / "study.json").read_text())
+    before, after = stored["rows"], []
+    for old in before:
+        domain = old["domain"]
+        designs = records(folder / f"designs-{domain}.jsonl")
+        validate(folder / f"designs-{domain}.jsonl", folder / f"revalidated-{domain}.jsonl", seed)
+        new = row(domain, designs, records(folder / f"revalidated-{domain}.jsonl"), None)
+        new["seconds"] = old["seconds"]  # design time: the designs were not made again
+        after.append(new)
+    return before, after
+
+
+def main(argv: list[str] | None = None) -> None:
+    sampling = paper_sampling()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-url", help="an OpenAI-compatible server (what spade serve starts)")
+    parser.add_argument("--served-name", default="spade-policy")
+    parser.add_argument("-m", "--model", help="model directory for --backend (default hf)")
+    parser.add_argument("--backend", default="hf")
+    parser.add_argument("-n", type=int, default=48, help="designs per domain")
+    parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
+    parser.add_argument("--max-tokens", type=int, default=sampling["max-tokens"] or 4096)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-o", "--out", default="runs/designer")
+    parser.add_argument("--revalidate", metavar="DIR", help="validate a study's designs again")
+    parser.add_argument("--design-arg", action="append", metavar="ARG",
+                        help="one more `spade design` argument (repeatable)")
+    args = parser.parse_args(argv)
+    if args.revalidate:
+        before, after = revalidate(Path(args.revalidate), args.seed)
+        stored = json.loads((Path(args.revalidate) / "study.json").read_text())
+        print(table(before, "before", stored["max_tokens"]))
+        print(table(after, "after", stored["max_tokens"]))
+        return
+    if not (args.base_url or args.model):
+        parser.error("give --base-url or -m MODEL")
+    rows = study(args)
+    print(table(rows, f"designer study: {args.base_url or args.model}, sampling "
+                      f"{ {k: v for k, v in sampling.items() if k != 'max-tokens'} }",
+                args.max_tokens))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""`spade registry index|export` and `spade lineage`: exit codes, the --json shape, exports."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from spade_cli.app import app
+from stages.shards import read_shard
+from tests.stages.test_registry import make_run
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def indexed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPADE_REGISTRY", raising=False)
+    made = make_run(tmp_path)
+    result = runner.invoke(app, ["registry", "index", "runs/t"])
+    assert result.exit_code == 0, result.stderr
+    made["index_stderr"] = result.stderr
+    return made
+
+
+def test_index_writes_the_default_registry_and_a_second_index_is_a_no_op(indexed, tmp_path):
+    assert (tmp_path / "spade-registry.db").exists()
+    assert "10 shards indexed" in indexed["index_stderr"]
+    again = runner.invoke(app, ["registry", "index", "runs/t"])
+    assert again.exit_code == 0
+    assert "0 shards indexed (no records), 10 unchanged, 0 not complete yet" in again.stderr
+
+
+def test_lineage_json_shape(indexed):
+    result = runner.invoke(app, ["lineage", indexed["env"].id, "--json"])
+    assert result.exit_code == 0, result.stderr
+    found = orjson.loads(result.stdout)
+    assert list(found) == ["kind", "id", "env", "runs", "designs", "validation", "hints",
+                           "plays", "regrets", "train_steps", "checkpoints"]
+    assert found["kind"] == "env" and found["id"] == indexed["env"].id
+    assert set(found["plays"][0]) == {"env_id", "round", "policy", "hint", "plays", "ok",
+                                      "mean_reward", "min_reward", "max_reward", "win_rate"}
+    ckpt = runner.invoke(app, ["lineage", "step-000002", "--json"])
+    assert orjson.loads(ckpt.stdout)["kind"] == "checkpoint"
+
+
+def test_lineage_text_names_each_section(indexed):
+    result = runner.invoke(app, ["lineage", indexed["env"].id])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"env {indexed['env'].id}\n")
+    for section in ("designs (1):", "plays (2):", "regrets (1):", "train_steps (2):",
+                    "checkpoints (1):"):
+        assert section in result.stdout
+
+
+def test_an_unknown_id_is_one_line_and_exit_2(indexed):
+    result = runner.invoke(app, ["lineage", "env_ffffffffffffffff"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "no env, design, checkpoint or eval" in result.stderr
+
+
+def test_a_missing_registry_is_exit_66(tmp_path):
+    result = runner.invoke(app, ["lineage", "env_x", "--db", str(tmp_path / "none.db")])
+    assert result.exit_code == 66 and "registry index" in result.stderr
+
+
+def test_export_writes_an_env_shard_with_a_manifest(indexed, tmp_path):
+    result = runner.invoke(app, ["registry", "export", "--min-regret", "0.3", "-o", "out"])
+    assert result.exit_code == 0, result.stderr
+    [env] = list(read_shard(str(tmp_path / "out" / "env-00000.jsonl")))
+    assert env.id == indexed["env"].id and env.meta["registry"]["mean_regret"] == 0.5
+    manifest = orjson.loads((tmp_path / "out" / "_manifest.json").read_bytes())
+    assert manifest["stage"] == "registry-export" and manifest["complete"]
+    skill = runner.invoke(app, ["registry", "export", "--skill", "logic", "--domain", "game"])
+    assert len(skill.stdout.splitlines()) == 2  # both programs, on stdout
+
+
+@pytest.mark.parametrize("command", ["registry index", "registry export", "lineage"])
+def test_help_has_an_example(command):
+    result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0 and "Example" in result.stdout
+    assert f"spade {command}" in result.stdout

@@ -1,0 +1,43 @@
+"""benchmarks/designer.py end to end on the tiny model: 2 designs per domain, then --revalidate."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "designer.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("designer_study", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_paper_sampling_is_read_from_the_recipe():
+    sampling = load().paper_sampling()
+    assert sampling["temperature"] == 0.6 and sampling["max-tokens"] == 16384
+
+
+@pytest.mark.slow
+def test_a_study_prints_its_table_and_revalidates_the_same_designs(tiny_model, tmp_path, capsys,
+                                                                    jail_available):
+    study = load()
+    out = tmp_path / "study"
+    study.main(["-m", tiny_model, "-n", "2", "--max-tokens", "24", "-o", str(out),
+                "--design-arg=--no-corpus"])
+    printed = capsys.readouterr().out
+    assert "max tokens 24" in printed
+    rows = json.loads((out / "study.json").read_text())["rows"]
+    assert [r["domain"] for r in rows] == ["game", "tool_use"]
+    for r in rows:
+        assert r["designs"] == 2 and r["accepted"] + sum(r["rejects"].values()) == 2
+        assert r["tokens"] is not None and r["seconds"] > 0
+    # 24 tokens of a random model never hold a whole module: cut, so `truncated`, not `parse`
+    assert all(set(r["rejects"]) <= {"truncated", "extract"} for r in rows), rows
+    study.main(["--revalidate", str(out)])
+    printed = capsys.readouterr().out
+    assert "before" in printed and "after" in printed
+    assert (out / "revalidated-game.jsonl").exists()
