@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from sandbox.jail import SandboxUnavailable, Worker
+from sandbox.jail import Limits, Sandbox, SandboxUnavailable, Worker
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +23,19 @@ def jail_available():
             pass
     except SandboxUnavailable as exc:
         pytest.skip(f"nsjail cannot run here: {exc}")
+    return True
+
+
+@pytest.fixture(scope="session")
+def nsjail_ok() -> bool:
+    """Skip (with the reason) every test that needs nsjail when it cannot run here."""
+    try:
+        with Worker(Sandbox(limits=Limits(call_timeout=10))):
+            pass
+    except SandboxUnavailable as exc:
+        pytest.skip(f"nsjail cannot run here: {exc}")
+    except OSError as exc:  # e.g. an explicit nsjail path that does not exist
+        pytest.skip(f"nsjail cannot run here: {exc!r}")
     return True
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sandbox.jail import Limits, Sandbox, SandboxUnavailable, Worker
+from sandbox.jail import Limits, Sandbox, Worker
 
 NOBODY = 65534
 
@@ -132,19 +132,6 @@ def no_leftover_jails():
     yield
     bad = wait_for_no_leftovers()
     assert not bad, f"processes left behind by the sandbox tests' jails: {bad}"
-
-
-@pytest.fixture(scope="session")
-def nsjail_ok() -> bool:
-    """Skip (with the reason) every test that needs nsjail when it cannot run here."""
-    try:
-        with Worker(Sandbox(limits=Limits(call_timeout=10))):
-            pass
-    except SandboxUnavailable as exc:
-        pytest.skip(f"nsjail cannot run here: {exc}")
-    except OSError as exc:  # e.g. an explicit nsjail path that does not exist
-        pytest.skip(f"nsjail cannot run here: {exc!r}")
-    return True
 
 
 @pytest.fixture
