@@ -22,7 +22,10 @@ Guarantees:
 - a final file exists only when complete (temp file in the same dir, fsync, rename), with the
   mode the umask gives any new file;
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
-  config digest, and redoes the rest; the manifest is rewritten after each finished shard.
+  config digest, and redoes the rest; the manifest is rewritten after each finished shard;
+- each finished shard's manifest entry carries the provenance of the run that wrote it
+  (stages/provenance.py: spade version, validator or reward digest), so a shard a rerun kept
+  is never credited to code that did not judge it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 
 import orjson
 
+from stages.provenance import stamp
 from stages.records import MODELS, Record, RecordError, content_hash, dumps, parse
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -456,6 +460,7 @@ class ShardDir:
         self.stage = stage
         self.config = config
         self.digest = content_hash(config)
+        self.provenance = stamp(stage, config)
 
     def run(self, shards: list[Shard], produce: Callable[[Shard], Iterator[Record]],
             stats: Stats, overwrite: bool, suffix: str,
@@ -488,7 +493,8 @@ class ShardDir:
         for kind, lines in sorted(by_kind.items()):
             name = f"{kind}-{shard.index:05d}{suffix}"
             outputs[name] = write_atomic(self.path / name, lines)
-        return {"input": shard.path, "input_hash": input_hash, "outputs": outputs}
+        return {"input": shard.path, "input_hash": input_hash, "outputs": outputs,
+                "provenance": self.provenance}
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -497,9 +503,8 @@ class ShardDir:
             return {}
 
     def _save(self, shards: dict[str, Any], stats: Stats, complete: bool) -> None:
-        from spade_cli import __version__
-
-        manifest = {"stage": self.stage, "spade_version": __version__, "complete": complete,
+        manifest = {"stage": self.stage, "spade_version": self.provenance["spade_version"],
+                    "complete": complete,
                     "config_digest": self.digest, "config": self.config, "shards": shards,
                     "stats": stats.as_dict()}
         write_atomic(self.path / MANIFEST,

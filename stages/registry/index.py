@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import orjson
 
 from stages.records import VERSION, RecordError
-from stages.registry.schema import SHARD_TABLES, id_key
+from stages.registry.schema import PROVENANCE, SHARD_TABLES, id_key
 from stages.shards import MANIFEST, SUFFIXES, InputMissing, max_line_bytes, open_text
 
 KINDS = ("design", "env", "validation", "rollout", "regret", "train", "eval")
@@ -135,6 +135,7 @@ class ShardFile:
     stage: str
     round: int | None
     expected: int | None  # None: a checkpoint's trainer_state.json
+    provenance: dict[str, Any] = field(default_factory=dict)  # its manifest entry's
 
 
 def index_runs(con: sqlite3.Connection, run_dirs: list[str]) -> IndexReport:
@@ -168,24 +169,28 @@ def discover(run: RunDir) -> tuple[list[ShardFile], list[Path]]:
         round_ = _round_of(here.relative_to(run.path))
         for name in sorted(shard_names):
             if name in listed:
+                count, provenance = listed[name]
                 found.append(ShardFile(here / name, name.split("-", 1)[0], here.name, round_,
-                                       listed[name]))
+                                       count, provenance))
             else:
                 pending.append(here / name)
     found.extend(_checkpoint_states(run))
     return found, pending
 
 
-def _listed(manifest: Path) -> dict[str, int]:
-    """Output file -> line count, for every finished input shard the manifest names."""
+def _listed(manifest: Path) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Output file -> (line count, provenance), for every finished input shard the manifest
+    names. A manifest older than provenance stamps gives its top-level spade version."""
     try:
         data = orjson.loads(manifest.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}  # being replaced right now: the next index reads it
-    listed: dict[str, int] = {}
+    listed: dict[str, tuple[int, dict[str, Any]]] = {}
+    version = {"spade_version": data.get("spade_version")}
     for entry in (data.get("shards") or {}).values():
+        provenance = entry.get("provenance") or version
         for name, count in (entry.get("outputs") or {}).items():
-            listed[name] = count
+            listed[name] = (count, provenance)
     return listed
 
 
@@ -224,8 +229,9 @@ def index_shard(con: sqlite3.Connection, run: RunDir, run_id: int, shard: ShardF
         known = con.execute("SELECT id, digest FROM shards WHERE path = ?",
                             (str(shard.path),)).fetchone()
         if known and known["digest"] == digest:  # touched, not changed
-            con.execute("UPDATE shards SET size = ?, mtime_ns = ? WHERE id = ?",
-                        (stat.st_size, stat.st_mtime_ns, known["id"]))
+            con.execute(f"UPDATE shards SET size = ?, mtime_ns = ?, {_PROVENANCE_SET} "
+                        "WHERE id = ?", (stat.st_size, stat.st_mtime_ns,
+                                         *_provenance(shard), known["id"]))
             report.unchanged += 1
         else:
             shard_id = _replace_shard(con, run_id, shard, known, stat, digest, count)
@@ -242,17 +248,24 @@ def _replace_shard(con: sqlite3.Connection, run_id: int, shard: ShardFile,
                    known: sqlite3.Row | None, stat: os.stat_result, digest: str,
                    count: int) -> int:
     values = (run_id, shard.stage, shard.kind, shard.round, stat.st_size, stat.st_mtime_ns,
-              digest, count)
+              digest, count, *_provenance(shard))
     if known is None:
         cur = con.execute("INSERT INTO shards(run_id, stage, kind, round, size, mtime_ns, "
-                          "digest, records, path) VALUES (?,?,?,?,?,?,?,?,?)",
-                          values + (str(shard.path),))
+                          f"digest, records, {', '.join(PROVENANCE)}, path) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values + (str(shard.path),))
         return cur.lastrowid
     for table in SHARD_TABLES:
         con.execute(f"DELETE FROM {table} WHERE shard_id = ?", (known["id"],))
     con.execute("UPDATE shards SET run_id=?, stage=?, kind=?, round=?, size=?, mtime_ns=?, "
-                "digest=?, records=? WHERE id=?", values + (known["id"],))
+                f"digest=?, records=?, {_PROVENANCE_SET} WHERE id=?", values + (known["id"],))
     return known["id"]
+
+
+_PROVENANCE_SET = ", ".join(f"{column} = ?" for column in PROVENANCE)
+
+
+def _provenance(shard: ShardFile) -> tuple[str | None, ...]:
+    return tuple(shard.provenance.get(column) for column in PROVENANCE)
 
 
 class Rows:

@@ -74,42 +74,53 @@ def _design(con: sqlite3.Connection, design_id: str) -> dict[str, Any] | None:
 def env_lineage(con: sqlite3.Connection, env_id: str) -> dict[str, Any]:
     env = dict(con.execute("SELECT id, source_hash, domain, skill, class_name, max_turns "
                            "FROM envs WHERE id = ?", (env_id,)).fetchone())
-    records = _rows(con, "SELECT DISTINCT design_id, policy, hint, oracle, chance, validation "
-                         "FROM env_records WHERE env_id = ?", (env_id,))
+    records = _rows(con, "SELECT DISTINCT design_id, policy, hint, oracle, chance, validation, "
+                         "shards.validator FROM env_records JOIN shards "
+                         "ON shards.id = env_records.shard_id WHERE env_id = ?", (env_id,))
     design_ids = sorted({r["design_id"] for r in records if r["design_id"]})
     designs = [_design(con, d) or {"id": d, "indexed": False} for d in design_ids]
-    accepted = sorted({r["validation"] for r in records if r["validation"]})
-    rejected = _rows(con, "SELECT DISTINCT id, design_id, round, attempt, check_name, outcome, "
-                          "message FROM validations WHERE source_hash = ? ORDER BY round, "
-                          "attempt", (env["source_hash"],))
+    validators: dict[str, set[str]] = {}  # a verdict -> the validators that gave it
+    for r in records:
+        if r["validation"]:
+            validators.setdefault(r["validation"], set()).update(
+                [r["validator"]] if r["validator"] else [])
+    rejected = _rows(con, "SELECT DISTINCT validations.id, design_id, validations.round, "
+                          "attempt, check_name, outcome, message, shards.validator "
+                          "FROM validations JOIN shards ON shards.id = validations.shard_id "
+                          "WHERE source_hash = ? ORDER BY validations.round, attempt",
+                     (env["source_hash"],))
     trains = _trains_fed_by(con, env_id)
     checkpoints = sorted({t["policy"] for t in trains if t["policy"]})
     return {
         "kind": "env", "id": env_id, "env": env, "runs": _runs(con, "env_records", "env_id",
                                                                 env_id),
         "designs": designs,
-        "validation": [_accepted(env["domain"], orjson.loads(v)) for v in accepted] + [
+        "validation": [_accepted(env["domain"], orjson.loads(v), sorted(validators[v]))
+                       for v in sorted(validators)] + [
             {"verdict": "rejected", **r} for r in rejected],
         "hints": sorted({r["hint"] for r in records if r["hint"]}),
         "plays": _play_groups(con, "env_id = ?", (env_id,)),
-        "regrets": _rows(con, "SELECT DISTINCT id, round, regret, win, solve_rate, plateau, "
-                              "designer_reward, designer_advantage, n_hint, n_no_hint, broken, "
-                              "hint_leaks, at_chance FROM regrets WHERE env_id = ? "
-                              "ORDER BY round", (env_id,)),
+        "regrets": _rows(con, "SELECT DISTINCT regrets.id, regrets.round, regret, win, "
+                              "solve_rate, plateau, designer_reward, designer_advantage, n_hint, "
+                              "n_no_hint, broken, hint_leaks, at_chance, shards.reward "
+                              "FROM regrets JOIN shards ON shards.id = regrets.shard_id "
+                              "WHERE env_id = ? ORDER BY regrets.round", (env_id,)),
         "train_steps": trains,
         "checkpoints": [_checkpoint_summary(con, c) for c in checkpoints],
     }
 
 
-def _accepted(domain: str, verdict: dict[str, Any]) -> dict[str, Any]:
+def _accepted(domain: str, verdict: dict[str, Any], validators: list[str]) -> dict[str, Any]:
     """An accepted env's verdict: the contract checks it passed (sandbox/contract.py's order;
-    the reset gate is tool use's only; an env without `solution()` has its oracle `none`)."""
+    the reset gate is tool use's only; an env without `solution()` has its oracle `none`), and
+    the validators (stages/provenance.py digests) that gave it."""
     from sandbox.contract import CHECKS
 
     oracle = verdict.get("oracle", "solution")
     passed = [check for check in CHECKS if not (check == "reset_gate" and domain != "tool_use")
               and not (check == "oracle" and oracle == "none")]
-    return {"verdict": "accepted", "checks_passed": passed, "oracle": oracle, **verdict}
+    return {"verdict": "accepted", "checks_passed": passed, "oracle": oracle, **verdict,
+            "validator": ",".join(validators) or None}
 
 
 def _play_groups(con: sqlite3.Connection, where: str, args: tuple) -> list[dict[str, Any]]:

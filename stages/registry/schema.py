@@ -14,7 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the shards' provenance (stages/provenance.py)
 DEFAULT_DB = "spade-registry.db"
 DB_ENV = "SPADE_REGISTRY"
 
@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS info(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs(id INTEGER PRIMARY KEY, path TEXT UNIQUE, name TEXT);
 CREATE TABLE IF NOT EXISTS shards(
   id INTEGER PRIMARY KEY, run_id INT, path TEXT UNIQUE, stage TEXT, kind TEXT, round INT,
-  size INT, mtime_ns INT, digest TEXT, records INT);
+  size INT, mtime_ns INT, digest TEXT, records INT, spade_version TEXT, validator TEXT,
+  reward TEXT);
 CREATE TABLE IF NOT EXISTS designs(
   id TEXT, key INTEGER, shard_id INT, run_id INT, round INT, slot INT, attempt INT, domain TEXT,
   skill TEXT, difficulty TEXT, corpus_doc TEXT, doc_title TEXT, prompt TEXT, completion_chars INT,
@@ -97,6 +98,9 @@ CREATE INDEX IF NOT EXISTS edges_shard ON edges(shard_id);
 """
 
 # Tables whose rows belong to one shard: what re-indexing a changed shard deletes first.
+# A shard's provenance columns: the stamp of the manifest entry that lists it.
+PROVENANCE = ("spade_version", "validator", "reward")
+
 SHARD_TABLES = ("designs", "env_records", "validations", "plays", "play_stats", "regrets",
                 "trains", "train_inputs", "checkpoints", "evals", "edges")
 
@@ -121,7 +125,27 @@ def connect(path: str | Path, create: bool = True) -> sqlite3.Connection:
     if create:
         con.executescript(TABLES + INDEXES)
         con.execute("INSERT OR IGNORE INTO info VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        _upgrade(con)
     return con
+
+
+def _upgrade(con: sqlite3.Connection) -> None:
+    """A version-1 registry gains the provenance columns; its shards are read again by the
+    next index (their mtime is forgotten), which fills them in without changing any row."""
+    def version() -> int:
+        return int(con.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()[0])
+
+    if version() >= SCHEMA_VERSION:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    if version() >= SCHEMA_VERSION:  # another index upgraded it first
+        con.execute("COMMIT")
+        return
+    for column in PROVENANCE:
+        con.execute(f"ALTER TABLE shards ADD COLUMN {column} TEXT")
+    con.execute("UPDATE shards SET mtime_ns = -1")
+    con.execute("UPDATE info SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
+    con.execute("COMMIT")
 
 
 def id_key(record_id: str) -> int:

@@ -14,12 +14,14 @@ import orjson
 import pytest
 
 from sandbox.contract import CHECKS
+from stages.provenance import stamp
 from stages.records import Design, Env, Eval, RecordError, Regret, Rollout, Train, Validation
 from stages.records import program_hash
 from stages.registry import connect, content_digest, row_counts
 from stages.registry.export import Filters, export_envs
 from stages.registry.index import index_runs
 from stages.registry.lineage import UnknownId, checkpoint_lineage, lineage, resolve
+from stages.registry.runs import run_provenance
 from stages.shards import Stats, emit, read_shard
 
 SOURCE = '''class PickEnv:
@@ -67,7 +69,7 @@ def make_run(root: Path, name: str = "t") -> dict:
     accepted = env(SOURCE, good.id)
     reject = Validation(check="trivial", parents=[bad.id], round=0, slot=1, skill="logic",
                         source_hash=program_hash(SOURCE), error={"type": "trivial", "msg": "won"})
-    write(run / "r00" / "validate-a0", [accepted, reject])
+    write(run / "r00" / "validate-a0", [accepted, reject], stage="validate")
     hinted = [env(SOURCE, good.id, hint="press a"), env(OTHER, "des_0000000000000000", "b")]
     write(run / "r00" / "hint", hinted)
     model = "runs/t/model"
@@ -82,7 +84,7 @@ def make_run(root: Path, name: str = "t") -> dict:
                Regret(env_id=hinted[1].id, round=0, regret=0.1, parents=[hinted[1].id]),
                Regret(design_id=bad.id, round=0, designer_reward=-1.0, rejected_by="trivial",
                       parents=[bad.id])]
-    write(run / "r00" / "score-regret", regrets)
+    write(run / "r00" / "score-regret", regrets, stage="score-regret")
     trains = [Train(step=1, parents=sorted(r.id for r in blind[:3]), policy=CKPT),
               Train(step=2, role="agent+designer", policy=CKPT,
                     parents=sorted([r.id for r in blind[3:]] + [good.id]))]
@@ -123,7 +125,8 @@ def test_every_lineage_edge_of_an_env_matches_its_records(built):
     # its verdict and checks, and the rejected attempt of the same program
     verdict, rejected = found["validation"]
     assert verdict == {"verdict": "accepted", "oracle": "solution", **accepted.meta,
-                       "checks_passed": [c for c in CHECKS if c != "reset_gate"]}
+                       "checks_passed": [c for c in CHECKS if c != "reset_gate"],
+                       "validator": stamp("validate", {"stage": "validate"})["validator"]}
     assert (rejected["verdict"], rejected["id"], rejected["check_name"], rejected["message"]) \
         == ("rejected", built["reject"].id, "trivial", "won")
     assert found["hints"] == ["press a"]
@@ -137,6 +140,8 @@ def test_every_lineage_edge_of_an_env_matches_its_records(built):
         == (4, -1.0, 1.0, 0.0)
     assert [r["id"] for r in found["regrets"]] == [built["regrets"][0].id]
     assert found["regrets"][0]["designer_reward"] == 0.7
+    assert found["regrets"][0]["reward"] == stamp("score-regret",
+                                                  {"stage": "score-regret"})["reward"]
     # train steps whose inputs include its plays, and how many of them
     own = {r.id for r in built["blind"] + built["hint_plays"] if r.env_id == accepted.id}
     expected = {t.id: len(own & set(t.parents)) for t in built["trains"] if own & set(t.parents)}
@@ -261,6 +266,8 @@ def test_a_real_one_round_quickstart_run_indexes_and_traces(tmp_path, jail_avail
         assert found["checkpoints"][0]["name"].startswith("step-")
     ckpt = checkpoint_lineage(con, found["checkpoints"][0]["id"])
     assert {e["env_id"] for e in ckpt["trained_on_envs"]} == set(env_ids)
+    [run] = run_provenance(con)  # its validate and score-regret shards are stamped
+    assert len(run["validators"]) == len(run["rewards"]) == 1 and run["mixed"] == []
 
 
 def test_compressed_shards_and_in_flight_temp_files(built):
@@ -285,3 +292,39 @@ def test_a_reader_sees_whole_shards_while_another_connection_indexes(built, tmp_
     reader.execute("COMMIT")
     assert reader.execute("SELECT count(*) FROM plays").fetchone()[0] == before + 3
     reader.close()
+
+
+def test_runs_say_where_the_validator_changed_and_the_reward_did_not(built, tmp_path):
+    later = make_run(tmp_path, "u")
+    emit("validate", str(later["run"] / "r00" / "validate-a0"), lambda: iter([later["env"]]),
+         {"stage": "validate", "call_timeout": 9.0}, Stats(), overwrite=True)
+    index_runs(built["con"], [str(later["run"])])
+    first, second = run_provenance(built["con"])
+    assert (first["run"], second["run"]) == ("t", "u")
+    assert first["validators"] == [stamp("validate", {})["validator"]]
+    assert second["validators"] == [stamp("validate", {"call_timeout": 9.0})["validator"]]
+    assert second["rewards"] == first["rewards"] == [stamp("score-regret", {})["reward"]]
+    assert (first["changed"], second["changed"]) == ([], ["validator"])
+    assert second["mixed"] == [] and second["spade_versions"] == [stamp("eval", {})[
+        "spade_version"]]
+
+
+def test_a_version_1_registry_gains_provenance_on_the_next_index(built, tmp_path):
+    con, path = built["con"], tmp_path / "registry.db"
+    for column in ("spade_version", "validator", "reward"):
+        con.execute(f"ALTER TABLE shards DROP COLUMN {column}")
+    con.execute("UPDATE info SET value = '1' WHERE key = 'schema'")
+    con.close()
+    upgraded = connect(path)
+    try:
+        before = content_digest(upgraded)
+        report = index_runs(upgraded, [str(built["run"])])
+        assert report.indexed == 0  # every shard read again, no row of its changed
+        [(validator,)] = upgraded.execute("SELECT DISTINCT validator FROM shards WHERE stage = "
+                                          "'validate-a0'").fetchall()
+        assert validator == stamp("validate", {})["validator"]
+        assert upgraded.execute("SELECT value FROM info WHERE key = 'schema'").fetchone()[0] \
+            == "2"
+        assert content_digest(upgraded) != before  # the stamps, filled in
+    finally:
+        upgraded.close()
