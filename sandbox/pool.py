@@ -1,8 +1,9 @@
 """A pool of started jail workers, so a play rarely waits for a jail to start.
 
-In: a Sandbox, how many workers to keep ready, and where jails run: an executor
-(stages/executor.py; default local), whose `worker(sandbox)` makes each one, so a pool on a Ray
-cluster hands out RemoteWorkers whose jails live on the cluster's nodes.
+In: a Sandbox, how many workers to keep ready, and where jails run: a WorkerSource, whose
+`worker(sandbox)` makes each one (default LocalJails, this process's jails; stages/executor.py's
+executors are sources too, so a pool on a Ray cluster hands out RemoteWorkers whose jails live
+on the cluster's nodes).
 Out: `take()` hands out a started worker.
 Guarantees: workers are env-agnostic until `load`, so which play gets which worker changes no
 result (runs stay reproducible); starting happens on background threads, overlapping with
@@ -17,12 +18,38 @@ from __future__ import annotations
 
 import queue
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from sandbox.jail import Sandbox
+from sandbox.jail import Reply, Sandbox, Worker
 
-if TYPE_CHECKING:
-    from stages.executor import Executor, JailWorker
+STARTS_PER_NODE = 2  # jails one node starts at once: a start is mostly that node's CPU time
+
+
+class JailWorker(Protocol):
+    """What a pool hands out: sandbox.jail.Worker, or a stand-in with its calls and replies."""
+
+    sandbox: Sandbox
+
+    def start(self) -> Reply: ...
+    def call(self, op: str, **fields: Any) -> Reply: ...
+    def close(self) -> None: ...
+
+
+class WorkerSource(Protocol):
+    """Where a pool's jails run: `starts` jail starts at once, each worker made by `worker`."""
+
+    starts: int
+
+    def worker(self, sandbox: Sandbox) -> JailWorker: ...
+
+
+class LocalJails:
+    """Jails started by this process."""
+
+    starts = STARTS_PER_NODE
+
+    def worker(self, sandbox: Sandbox) -> Worker:
+        return Worker(sandbox)
 
 
 def available_mb(meminfo: str = "/proc/meminfo") -> int | None:
@@ -56,12 +83,9 @@ def fit_concurrency(concurrency: int, memory_mb: int, jails_each: int = 1,
 
 class WorkerPool:
     def __init__(self, sandbox: Sandbox, ready: int, plays: int | None = None,
-                 executor: Executor | None = None):
+                 executor: WorkerSource | None = None):
         """Keep `ready` workers started; start no more than `plays` in all, when known."""
-        if executor is None:  # imported here: sandbox/ loads without stages/
-            from stages.executor import LocalExecutor
-
-            executor = LocalExecutor(ready)
+        executor = executor or LocalJails()
         self.sandbox = sandbox
         self.executor = executor
         self.budget = plays

@@ -31,13 +31,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
+from sandbox.pool import STARTS_PER_NODE, JailWorker, LocalJails
 from stages.isolation import one_line
 
 EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT = 3.0  # seconds to reach the cluster's head before giving up
 REMOTE_SLACK = 30.0  # seconds a jail host may take beyond the call's own timeout (kill, network)
 HOST_START_TIMEOUT = 120.0  # seconds for every node's jail host to come up
-STARTS_PER_NODE = 2  # jails one node starts at once: a start is mostly that node's CPU time
 JAIL_HOST_THREADS = 256  # calls one node's jail host serves at once: one per play it holds
 RAY_HINT = "pip install 'spade-selfplay[ray]' (on every node)"
 
@@ -48,14 +48,6 @@ R = TypeVar("R")
 class ExecutorUnavailable(SandboxUnavailable):
     """No way to run the jail side as asked: Ray missing, the cluster unreachable or lost.
     A SandboxUnavailable, so every stage stops on it with exit 69 and isolation passes it on."""
-
-
-class JailWorker(Protocol):
-    sandbox: Sandbox
-
-    def start(self) -> Reply: ...
-    def call(self, op: str, **fields: Any) -> Reply: ...
-    def close(self) -> None: ...
 
 
 class Executor(Protocol):
@@ -82,10 +74,8 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class LocalExecutor:
-    """Threads of this process; in-process jail workers."""
-
-    starts = STARTS_PER_NODE
+class LocalExecutor(LocalJails):
+    """Threads of this process; in-process jail workers (sandbox/pool.py LocalJails)."""
 
     def __init__(self, workers: int):
         self.workers = max(1, workers)
@@ -99,9 +89,6 @@ class LocalExecutor:
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
-
-    def worker(self, sandbox: Sandbox) -> Worker:
-        return Worker(sandbox)
 
     def close(self) -> None:
         pass
