@@ -39,6 +39,10 @@ def eval_command(
         "--episodes", "-n", min=1, help="Samples per item" + PROTOCOL + ".")] = None,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="At most this many items per category.")] = None,
+    sample: Annotated[int | None, typer.Option(
+        "--sample", min=1, metavar="N",
+        help="envs suite: play N of the input envs, drawn by --seed (the same envs for the "
+             "same inputs and seed, in any order; a larger N keeps a smaller one's).")] = None,
     category: Annotated[list[str] | None, typer.Option(
         "--category", help="Keep only this category (repeatable): Math, base, a skill.")] = None,
     batch_size: Annotated[int, typer.Option(
@@ -86,6 +90,7 @@ def eval_command(
 
         spade eval --suite rg-quick -m runs/q/model -o runs/q/eval
         spade eval --suite envs held-out/ -m runs/q/model
+        spade eval --suite envs --sample 32 runs/q/r00/hint -m runs/q/ckpt/step-000400
         spade eval --suite aime --data aime-2025.jsonl --name aime2025 -m M -o out/aime2025
         spade eval --compare base/eval-rg-hard runs/q/r399/eval-rg-hard
         spade eval --compare base/eval-rg-hard runs/q/r399/eval-rg-hard -o compare.json
@@ -114,6 +119,8 @@ def eval_command(
             raise UsageError(f"--data and --name belong to --suite {', '.join(DATA_SUITES)}")
         if inputs and suite != "envs":
             raise UsageError(f"positional inputs are env shards for --suite envs, not {suite}")
+        if sample is not None and suite != "envs":
+            raise UsageError(f"--sample draws env records for --suite envs, not {suite}")
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         if not model:
@@ -126,6 +133,7 @@ def eval_command(
         from spade_cli.options import StageBackend
         from stages import evaluate as stage
         from stages import rollout
+        from stages.records import seeded_sample
         from stages.shards import find_shards, read, unique
 
         stage.check_available(suite)  # exit 69 before a model is loaded
@@ -151,6 +159,8 @@ def eval_command(
             if suite == "envs":
                 envs = list(unique(read(inputs or ["-"], kinds={"env"}), stats))
                 stats.read = len(envs)
+                if sample is not None:
+                    envs = seeded_sample(envs, sample, seed)
             for record in stage.run(model_backend.get(), cfg, envs, stats):
                 records.append(record)
                 yield record
@@ -163,6 +173,8 @@ def eval_command(
                   "prompts": prompts,
                   "inputs": [s.digest() or s.path for s in find_shards(
                       inputs or ([data] if data else []))]}
+        if sample is not None:  # only when given: an eval made before --sample still resumes
+            config["sample"] = sample
         with model_backend:
             emit("eval", out, produce, config, stats, overwrite=overwrite,
                  suffix=f".{compress}")

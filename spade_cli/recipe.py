@@ -2,7 +2,7 @@
 
 In: `recipe.toml` (schema `spade.recipe/v1`): `name`, `run_dir`, `rounds`, `seed`, `[model]`,
 `[defaults]`, an ordered `[[stage]]` list whose keys are the subcommand's own options (plus the
-runner's keys `command`, `every`, `attempts`, `args`).
+runner's keys `command`, `every`, `attempts`, `args`, and on the eval stage `retention`).
 Out: per round, the `spade ...` command lines the loop needs, wired through the run directory:
 `RUN/r<NN>/<stage>/` shard dirs, `RUN/ckpt/step-NNNNNN/`, `RUN/memory/`, `RUN/recipe.json`.
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
@@ -20,6 +20,14 @@ set's hinted round, win over the window), train-grpo (agent samples of this roun
 designer samples at round t + k, k rounds after they were drawn, with the score of the set's
 last round; the final round flushes the open set). Eval every
 `every` rounds of the eval stage.
+
+Retention (`retention = N` on the eval stage): at every eval point the runner also runs
+`spade eval --suite envs --sample N` over the envs round 0 played (its hinted set, or its
+accepted envs and the start pool), drawn by the recipe's seed, with that round's model, into
+RUN/r<NN>/eval-retention/ (with the recipe's [defaults]; the eval stage's own options are its
+suite's). Round 0's envs are never rewritten and the sample depends on their ids and the seed
+alone, so every eval point plays the same envs, and the report can draw how the first envs are
+played as training goes on.
 
 Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`,
 `restarts`, and the engine's layout `data-parallel`, `tensor-parallel`, `expert-parallel`): one
@@ -62,7 +70,8 @@ MODEL_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "layers": (lambda v: _positive_int(v), "an integer of at least 1"),
 }
 BUILTIN_MODELS = ("tiny", "smollm2")  # `[model] init` values `spade model` builds
-RUNNER_KEYS = {"command", "every", "attempts", "args"}
+RUNNER_KEYS = {"command", "every", "attempts", "args", "retention"}
+RETENTION = "retention"  # the eval stage's runner key
 COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo",
             "eval")
 # Options the runner sets itself, per command: a recipe must not set them.
@@ -126,6 +135,7 @@ class Stage:
     every: int = 1
     attempts: int = 1
     args: tuple[str, ...] = ()
+    retention: int | None = None  # eval only: envs of the first set played at each eval point
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,8 @@ def load(path: str, rounds: int | None = None) -> Recipe:
         known = option_names(command)
         for key, value in options.items():
             if key not in known:
-                raise RecordError(f"'{key}' is not an option of `spade {command}`", where)
+                raise RecordError(f"'{key}' is not an option of `spade {command}`"
+                                  f"{_suggest(key, sorted(known | RUNNER_KEYS))}", where)
             if key in WIRED[command] and not (command == "rollout" and key == "hint"):
                 raise RecordError(f"'{key}' is set by the runner for `spade {command}`", where)
             if serve and command in GENERATING and key in SERVER_WIRED:
@@ -268,8 +279,9 @@ def load(path: str, rounds: int | None = None) -> Recipe:
         args = table.get("args", [])
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise RecordError(f"args: expected a list of strings, got {json.dumps(args)}", where)
+        check_retention(table, command, where)
         stages.append(Stage(command, options, table.get("every", 1), table.get("attempts", 1),
-                            tuple(args)))
+                            tuple(args), table.get(RETENTION)))
     defaults = {k.replace("_", "-"): v for k, v in raw.get("defaults", {}).items()}
     check_defaults(defaults, f"{path}: defaults")
     model = dict(raw.get("model", {}))
@@ -280,6 +292,17 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
                   memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
                   serve=serve, raw=raw)
+
+
+def check_retention(table: dict[str, Any], command: str, where: str) -> None:
+    """`retention`: on the eval stage only, a number of envs of at least 1 (exit 65)."""
+    if RETENTION not in table:
+        return
+    if command != "eval":
+        raise RecordError(f"'{RETENTION}' is a runner key of the eval stage only", where)
+    if not _positive_int(table[RETENTION]):
+        raise RecordError(f"{RETENTION}: expected an integer of at least 1 (envs), got "
+                          f"{json.dumps(table[RETENTION])}", where)
 
 
 def check_names(raw: dict[str, Any], text: str, path: str) -> None:
@@ -656,6 +679,28 @@ class Loop:
             self.call(self.argv(evaluate, round, ["--round", str(round), *self.engine(model),
                                                   "-o", self.dir(round, f"eval-{suite}")], []),
                       "eval")
+            if evaluate.retention:
+                self.retention(round, model, evaluate.retention)
+
+    def retention(self, round: int, model: str, size: int) -> None:
+        """A seeded sample of the first env set, played again by this round's model: `--sample`
+        draws by the recipe's seed from round 0's envs, which no later round rewrites, so every
+        eval point plays the same envs."""
+        from stages.report.data import RETENTION_DIR  # where the report looks for them
+
+        envs = self.first_env_set()
+        if envs:
+            # the recipe's [defaults] apply; the eval stage's options are for its own suite
+            stage = Stage("eval", {"suite": "envs", "sample": size})
+            self.call(self.argv(stage, round, ["--round", str(round), *self.engine(model), "-o",
+                                               self.dir(round, RETENTION_DIR)], envs),
+                      "eval retention")
+
+    def first_env_set(self) -> list[str]:
+        """The env shards round 0 played, as env_set wires them (nothing is run here)."""
+        accepted = [self.dir(0, f"{self.checks[-1]}-a{a}") for a in range(self.attempts)]
+        return [path for path in self.env_set(0, 0, "", accepted, first=False)
+                if self.produced(path, "env")]
 
 
 def resolved(recipe: Recipe) -> dict[str, Any]:

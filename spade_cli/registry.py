@@ -3,7 +3,7 @@
 In: run directories to index, an id to trace, filters to export by; the registry is
 `--db PATH`, by default $SPADE_REGISTRY or `./spade-registry.db`.
 Out: `index` a one-line summary on stderr; `lineage` the chain of one id as text (or `--json`)
-on stdout; `export` an env shard (`-o DIR` gives `env-00000.jsonl` and `_manifest.json`).
+on stdout; `runs` each run's spade version, validator and reward digests and where they changed; `export` an env shard (`-o DIR` gives `env-00000.jsonl` and `_manifest.json`).
 Guarantees: exit codes as in spade_cli/errors.py; an id the registry does not hold is one
 line on stderr and exit 2; a registry that does not exist (lineage, export) is exit 66.
 """
@@ -105,6 +105,46 @@ def lineage(
             print("\n".join(render(found)))
 
 
+@registry_app.command("runs")
+def runs(
+    db: Db = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
+) -> None:
+    """Which spade version, validator and reward judged and scored each run, and where they
+    changed: `changed` names what differs from the run listed before it, `mixed` what changed
+    within the run (resumed under other code or settings).
+
+    The validator and reward are digests of the code and settings that decide a verdict or a
+    score (stages/provenance.py), stamped in every shard's manifest entry; two runs with the
+    same digests were judged and scored alike.
+
+    Examples:
+
+        spade registry runs
+        spade registry runs --json | jq '.[] | select(.changed | index("reward"))'
+    """
+    import orjson
+
+    from spade_cli.errors import errors_to_exit
+    from stages.registry import connect, default_db
+    from stages.registry.runs import run_provenance
+
+    with errors_to_exit("registry runs"):
+        con = connect(db or default_db(), create=False)
+        try:
+            found = run_provenance(con)
+        finally:
+            con.close()
+        if as_json:
+            print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
+        elif found:
+            from spade_cli.terminal import terminal_safe
+
+            rows = [{key: ",".join(value) or "-" if isinstance(value, list) else value
+                     for key, value in run.items() if key != "path"} for run in found]
+            print("\n".join(terminal_safe(line) for line in _table(rows, "")))
+
+
 @registry_app.command("export")
 def export(
     out: Out = "-",
@@ -114,24 +154,40 @@ def export(
     domain: Annotated[str | None, typer.Option(help="Only game or tool_use envs.")] = None,
     limit: Annotated[int | None, typer.Option(
         min=1, metavar="N", help="At most N envs (highest regret first).")] = None,
+    rounds: Annotated[str | None, typer.Option(
+        metavar="A-B", help="Only envs first accepted in these rounds (A-B, or N).")] = None,
+    sample: Annotated[int | None, typer.Option(
+        min=1, metavar="N", help="N envs drawn by --seed (instead of --limit).")] = None,
+    seed: Annotated[int, typer.Option(help="The seed of --sample.")] = 0,
     db: Db = None,
 ) -> None:
     """Accepted envs, one per program, with their statistics in `meta.registry`, as an env
     shard any stage plays (`spade rollout OUT`).
 
+    An env's round is the earliest round directory holding one of its env records. `--sample
+    N --seed S` draws the same N envs from the same registry contents, whatever order they were
+    indexed in: e.g. the early envs a later checkpoint plays again (`spade eval --suite envs`).
+    A bad --rounds, or --limit with --sample, is exit 2.
+
     Examples:
 
         spade registry export --min-regret 0.2 --domain game --limit 50 -o hard-envs
         spade rollout --model MODEL --no-hint -o plays hard-envs
+        spade registry export --rounds 0-3 --sample 16 --seed 0 -o early-envs
+        spade eval --suite envs --model runs/quickstart/ckpt/step-000012 -o retained early-envs
     """
-    from spade_cli.errors import errors_to_exit
+    from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.summary import summarize
     from stages.registry import connect, default_db
-    from stages.registry.export import Filters, export_envs
+    from stages.registry.export import Filters, export_envs, parse_rounds
     from stages.shards import Stats, emit
 
     with errors_to_exit("registry export"):
-        filters = Filters(min_regret, skill, domain, limit)
+        try:
+            filters = Filters(min_regret, skill, domain, limit,
+                              parse_rounds(rounds) if rounds is not None else None, sample, seed)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         con = connect(db or default_db(), create=False)
         stats = Stats()
         try:
@@ -139,7 +195,7 @@ def export(
         finally:
             con.close()
         config = {"db": db, "min_regret": min_regret, "skill": skill, "domain": domain,
-                  "limit": limit}
+                  "limit": limit, "rounds": filters.rounds, "sample": sample, "seed": seed}
         emit("registry-export", out, lambda: iter(envs), config, stats, overwrite=True)
         summarize("registry export", stats, f"{stats.written['env']} envs")
 

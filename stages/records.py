@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 VERSION = 1
+T = TypeVar("T")
 Domain = Literal["game", "tool_use"]
 # Every float field: a JSON number (an int is fine), never a string or a bool.
 Number = Annotated[float, Strict()]
@@ -283,6 +284,17 @@ def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from any parts (unlike hash(), the same in every process)."""
     key = ":".join(str(part) for part in parts).encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def seeded_sample(items: Iterable[T], size: int, seed: int,
+                  id_of: Callable[[T], str] = lambda item: item.id) -> list[T]:
+    """The `size` items (all, if fewer) with the smallest sha256 of `seed:id`, in that order:
+    the same ids and seed give the same sample in any input order, and a larger `size` keeps
+    every item a smaller one chose."""
+    def rank(item: T) -> str:
+        return hashlib.sha256(f"{seed}:{id_of(item)}".encode()).hexdigest()
+
+    return sorted(items, key=rank)[:size]
 
 
 def parse(data: Any, kinds: set[str] | None = None) -> Record:

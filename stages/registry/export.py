@@ -1,11 +1,16 @@
 """Export accepted envs from the registry as env records any stage can play.
 
-In: an open registry and filters (least mean regret, skill, domain, how many).
+In: an open registry and filters (least mean regret, skill, domain, the rounds an env first
+came from, how many: the first N or a seeded sample of N).
 Out: `Env` records, one per program (the registry keys envs by their program hash), each with
 its latest hint, the designs it came from as `parents`, and what the registry knows of it in
 `meta.registry`: runs, rounds played, mean regret, win rates hinted and not, plays.
 Guarantees: only envs some run accepted (an env record, never a reject); each program once;
-ordered by mean regret (highest first), then id, so an export is reproducible.
+an env's round is the earliest `r<NN>` holding one of its env records (records outside a
+round directory, such as an export, do not count); ordered by mean regret (highest first),
+then id, so an export is reproducible; a sample is the N envs with the smallest sha256 of
+`seed:id`, so the same registry contents and seed give the same sample whatever order their
+rows were indexed in.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from stages.records import Env
+from stages.records import Env, seeded_sample
 
 
 @dataclass(frozen=True)
@@ -25,10 +30,32 @@ class Filters:
     skill: str | None = None
     domain: str | None = None
     limit: int | None = None
+    rounds: tuple[int, int] | None = None  # first round from, to (both included)
+    sample: int | None = None  # N envs drawn by `seed` instead of the first `limit`
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.sample is not None:
+            raise ValueError("--limit and --sample: give one (the first N, or N drawn by --seed)")
+
+
+def parse_rounds(text: str) -> tuple[int, int]:
+    """`A-B` or `N` as (first, last), both included; ValueError saying what fits."""
+    first, dash, last = text.strip().partition("-")
+    try:
+        bounds = (int(first), int(last) if dash else int(first))
+    except ValueError:
+        raise ValueError(f"--rounds {text!r}: expected N or A-B (round numbers from 0)") from None
+    if bounds[0] < 0 or bounds[1] < bounds[0]:
+        raise ValueError(f"--rounds {text!r}: expected A-B with 0 <= A <= B")
+    return bounds
 
 
 def export_envs(con: sqlite3.Connection, filters: Filters) -> Iterator[Env]:
-    for row in _chosen(con, filters):
+    rows = _chosen(con, filters)
+    if filters.sample is not None:
+        rows = seeded_sample(rows, filters.sample, filters.seed, lambda row: row["id"])
+    for row in rows:
         yield _env_record(con, row)
 
 
@@ -40,6 +67,11 @@ def _chosen(con: sqlite3.Connection, filters: Filters) -> list[sqlite3.Row]:
     if filters.domain is not None:
         where.append("envs.domain = ?")
         args.append(filters.domain)
+    if filters.rounds is not None:
+        # the round of the earliest round directory holding one of the env's records
+        where.append("(SELECT min(shards.round) FROM env_records AS first JOIN shards ON "
+                     "shards.id = first.shard_id WHERE first.env_id = envs.id) BETWEEN ? AND ?")
+        args.extend(filters.rounds)
     chosen = ""
     if filters.min_regret is not None:
         chosen = "WHERE mean_regret IS NOT NULL AND mean_regret >= ?"

@@ -5,15 +5,17 @@ external requests: it renders offline) and one PNG per chart beside it (or inlin
 with `embed_images`). Sections, in order: the mean no-hint reward per round (also the header's
 headline: the number the loop is meant to raise), overview, win rates and learnable share,
 regret and designer reward, validation (acceptance of the model's designs; the start pool apart),
-skill mix, diversity (Vendi score), evaluation, training curves (or, when training had no signal,
-the words for it; the learning rate among them), completion length and throughput, examples (the
-best and worst plays of the newest rounds as transcripts, hints beside hinted plays, designs with
-their verdicts and reject reasons; bounded in size), memory. Above the sections, one line per
+skill mix, diversity (Vendi score), evaluation, retention (only in a run with retention evals:
+the first env set played again by each eval point's checkpoint), training curves (or, when
+training had no signal, the words for it; the learning rate among them), completion length and
+throughput, examples (the best and worst plays of the newest rounds as transcripts, hints beside
+hinted plays, designs with their verdicts and reject reasons; bounded in size), memory. Above the sections, one line per
 training statistic past its collapse threshold (tables.ENTROPY_FLOOR, CLIP_FRAC_MAX,
 APPROX_KL_MAX) with the step and round it started; regret rows of envs not played in their
 round (carried over by score-regret's window) are counted and named.
-Guarantees: every section renders with whatever data the run has and says what is missing; a
-chart is drawn only where its numbers vary; env-derived text shows literally in charts and page;
+Guarantees: every section renders with whatever data the run has and says what is missing
+(retention, which a run without `retention` never has, is left out instead); a chart is drawn
+only where its numbers vary; env-derived text shows literally in charts and page;
 the diversity model is optional (without it the section says why and a warning is logged);
 nothing is printed (the caller prints one summary line).
 
@@ -68,11 +70,13 @@ def build(run_dir: str | Path, out_dir: str | Path | None = None,
         sections.skills(run, charts, numbers),
         sections.diversity_section(run, charts, numbers, embedder, warnings),
         sections.evaluation(run, charts, numbers),
+        sections.retention(run, charts, numbers),
         sections.training(run, charts, numbers),
         sections.throughput(run, charts, numbers),
         sections.examples(run, numbers),
         sections.memory(run),
     ]
+    found = [section for section in found if section is not None]  # retention: only with evals
     alerts = sections.alerts(run, numbers)
     for warning in warnings:
         log.warning("%s", warning)

@@ -3,7 +3,9 @@
 In: a run directory (`recipe.json`, `run.log`, `memory.jsonl` or `memory/`, `ckpt/step-NNNNNN/`,
 and per round `r<NN>/<stage-dir>/` shard directories).
 Out: a `RunData`: per round, the designs, env records, rejects, regrets, per-env no-hint rewards,
-eval roll-ups and train records; the final memory; the recipe and the tail of `run.log`.
+eval roll-ups and train records; the retention evals (`r<NN>/eval-retention/`: the first env
+set played again by that round's checkpoint, kept apart from the other evals); the final memory;
+the recipe and the tail of `run.log`.
 Guarantees: stage directory names are not relied on (every shard under each `r<NN>/` is read,
 recursively, and records are grouped by `kind`); a record's round is its own `round` field where
 it has one, else the `r<NN>` it was found in (a 0 found outside `r00` is the field's default,
@@ -32,6 +34,9 @@ from stages.records import (Design, Env, Eval, Memory, Record, Regret, Rollout, 
                             Validation)
 from stages.shards import MANIFEST, SUFFIXES, InputMissing, read
 
+# RUN/r<NN>/eval-retention: a checkpoint's evals of the first env set (spade_cli/recipe.py)
+RETENTION_DIR = "eval-retention"
+
 log = logging.getLogger(__name__)
 
 ROUND_DIR = re.compile(r"^r(\d+)$")
@@ -43,6 +48,7 @@ EXAMPLE_TURNS = 6  # turns kept per play: the first EXAMPLE_TURNS - 1 and the la
 DESIGN_SAMPLES = 24  # designs' text kept per round (the report shows a few of them)
 
 Origin = Literal["designed", "rejected", "pool"]
+OVERALL = "overall"  # the category of an eval's roll-up over all its items
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,9 @@ class RunData:
         default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     evals: dict[str, tuple[int, Eval]] = field(default_factory=dict)
     failed_evals: int = 0
+    # retention evals per round: env id -> its item, and the overall roll-up (its CI)
+    retention: dict[int, dict[str, Eval]] = field(default_factory=lambda: defaultdict(dict))
+    retention_overall: dict[int, Eval] = field(default_factory=dict)
     train: dict[str, Train] = field(default_factory=dict)
     memory: dict[str, Memory] = field(default_factory=dict)
     memory_file: str | None = None
@@ -346,6 +355,11 @@ def _fold(run: RunData, record: Record, dir_round: int, where: str = "",
             if turn.completion_ids is not None:
                 tally.completions += 1
                 tally.tokens += len(turn.completion_ids)
+    elif isinstance(record, Eval) and RETENTION_DIR in Path(where).parts:
+        if record.task:
+            run.retention[number][record.task] = record
+        elif record.category == OVERALL:
+            run.retention_overall[number] = record
     elif isinstance(record, Eval):
         if record.task:
             return

@@ -27,8 +27,8 @@ from typing import Any, Callable, Sequence
 from stages.backends import BackendUnavailable
 from stages.records import Eval
 from stages.report.diversity import PAPER_VENDI_N, Diversity
-from stages.report.tables import (ADVANTAGE_KEY, LEARNABLE, TRAIN_STATS, NoHint, Spread,
-                                  TrainSeries, WinRates)
+from stages.report.tables import (ADVANTAGE_KEY, LEARNABLE, TRAIN_STATS, NoHint,
+                                  RetentionPoint, Spread, TrainSeries, WinRates)
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +318,27 @@ def chart_eval(charts: Charts, series: dict[str, list[tuple[int, Eval]]]) -> str
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1))
     return charts.save(fig, "eval.png", "evaluation scores per round")
+
+
+@_or_note
+def chart_retention(charts: Charts, points: Sequence[RetentionPoint]) -> str:
+    """The first env set's mean score per eval point, error bars from its interval, each point
+    labelled with how many envs it averages."""
+    fig = charts.figure(10, 3.4)
+    ax = fig.gca()
+    xs, ys = [p.round for p in points], [p.score for p in points]
+    low = [max(p.score - p.ci_low, 0.0) if p.ci_low is not None else 0.0 for p in points]
+    high = [max(p.ci_high - p.score, 0.0) if p.ci_high is not None else 0.0 for p in points]
+    ax.errorbar(xs, ys, yerr=[low, high], marker="o", ms=4, capsize=3, color="#1f77b4",
+                label="first env set (retention), mean no-hint score")
+    for point in points:
+        ax.annotate(f"{point.envs} envs", (point.round, point.score), textcoords="offset points",
+                    xytext=(0, 7), ha="center", fontsize=7)
+    ax.set_ylabel("score")
+    _round_axis(ax, xs, charts.rounds)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1))
+    return charts.save(fig, "retention.png", "the first env set's score per eval point")
 
 
 def train_panels(series: TrainSeries, skip: Sequence[str]) -> list[tuple[str, TrainSeries]]:

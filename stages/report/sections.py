@@ -2,8 +2,9 @@
 
 In: a `RunData`, the `Charts` to draw with, and a `numbers` dict each section fills with what it
 shows (tests and `spade report` read it). Out: `Section`s (id, title, HTML body).
-Guarantees: every section renders with whatever data the run has and says what is missing; a
-chart is drawn only where its numbers vary: a series that is the same in every round, or flat
+Guarantees: every section renders with whatever data the run has and says what is missing
+(retention alone is None, left out, in a run without retention evals); a chart is drawn only
+where its numbers vary: a series that is the same in every round, or flat
 training, is said in words instead ("no learning signal: ..."); the start pool is shown apart
 from the model's designs, labelled as such.
 """
@@ -26,6 +27,7 @@ Numbers = dict[str, Any]
 EXAMPLE_ROUNDS = 3  # rounds whose plays are shown as transcripts (the newest ones)
 DESIGNS_SHOWN = 2  # per round and verdict (accepted, rejected, not judged)
 EXAMPLES_MAX_CHARS = 150_000  # the examples section's HTML stops growing here (page size bound)
+RETENTION_ENVS_SHOWN = 40  # rows of the retention section's per-env table (a bounded page)
 
 
 def _steps(n: int) -> str:
@@ -282,6 +284,39 @@ def evaluation(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                 "ci_low–ci_high.") + chart + failed
             + table(["suite/category", "round", "score", "ci low", "ci high", "samples"], rows))
     return Section("eval", "Evaluation", body)
+
+
+def retention(run: RunData, charts: Charts, numbers: Numbers) -> Section | None:
+    """The first env set played again at each eval point; None in a run without retention evals
+    (a recipe without `retention`)."""
+    points = tables.retention_curve(run)
+    if not points:
+        return None
+    by_env = tables.retention_by_env(run)
+    numbers["retention"] = {p.round: (p.envs, p.score) for p in points}
+    numbers["retention_envs"] = by_env
+    scores = [p.score for p in points]
+    chart = (note(f"The retention envs scored {scores[0]:.3f} at every eval point: nothing to "
+                  f"draw.") if tables.flat(scores) else plots.chart_retention(charts, points))
+    rows = [[f"r{p.round:02d}", str(p.envs), metric(num(p.score), "retention_score", p.round),
+             num(p.ci_low), num(p.ci_high), str(p.failed)] for p in points]
+    # the envs that lost the most first: where the forgetting is
+    changes = sorted(by_env.items(), key=lambda item: (item[1][1][1] - item[1][0][1], item[0]))
+    env_rows = [[env_id, f"r{first[0]:02d}", num(first[1]), f"r{latest[0]:02d}",
+                 metric(num(latest[1]), "retention_env", latest[0], env=env_id),
+                 f"{latest[1] - first[1]:+.3f}"]
+                for env_id, (first, latest) in changes[:RETENTION_ENVS_SHOWN]]
+    more = len(changes) - len(env_rows)
+    body = (say("The first env set's envs (the recipe's `retention`: a seeded sample of the "
+                "envs round 0 played) played without the hint by the checkpoint of each eval "
+                "point: a point is the "
+                "mean success rate over those envs, with its 95% interval; a falling curve is "
+                "forgetting.") + chart
+            + table(["round", "envs", "score", "ci low", "ci high", "failed"], rows)
+            + say("Each env's score at its first and latest eval point, the largest drop first"
+                  + (f" ({more} more not shown)." if more else "."))
+            + table(["env", "first", "score", "latest", "score", "change"], env_rows))
+    return Section("retention", "Retention: the first env set, played again", body)
 
 
 def training(run: RunData, charts: Charts, numbers: Numbers) -> Section:

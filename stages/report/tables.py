@@ -2,10 +2,11 @@
 
 In: a `RunData` (stages.report.data). Out: plain dataclasses and dicts keyed by round: no-hint
 reward, win rates and learnable share, regret and designer reward, acceptance of the model's
-designs (per round, per attempt, overall, reject reasons by check), skill mix, eval series, train
-series, and what the training records say about the learning signal; where training statistics
-cross the collapse thresholds below; the regret rows carried over from earlier rounds; per round
-the completion length and throughput of the plays.
+designs (per round, per attempt, overall, reject reasons by check), skill mix, eval series, the
+retention curve (the first env set's mean score per eval point, and each env's first and latest
+score), train series, and what the training records say about the learning signal; where
+training statistics cross the collapse thresholds below; the regret rows carried over from
+earlier rounds; per round the completion length and throughput of the plays.
 Guarantees: the start pool is never counted as designs (acceptance, designer reward and skill mix
 are over this run's designs; the pool's skills are a separate table); averages take any finite
 doubles (a sum that overflows is averaged term by term); `flat` is the one test of "this series
@@ -236,6 +237,43 @@ def eval_series(run: RunData) -> dict[str, list[tuple[int, Eval]]]:
         name = f"{record.suite}/{record.category}" if record.category else record.suite
         series[name].append((number, record))
     return {name: sorted(points, key=lambda p: p[0]) for name, points in sorted(series.items())}
+
+
+@dataclass(frozen=True)
+class RetentionPoint:
+    """One eval point's play of the retention envs (a seeded sample of the first env set)."""
+
+    round: int
+    envs: int  # envs scored (items that did not fail)
+    failed: int  # items that failed (left out, as the eval roll-ups leave them out)
+    score: float  # the mean of their no-hint success rates
+    ci_low: float | None  # the eval's own overall roll-up interval, where it wrote one
+    ci_high: float | None
+
+
+def retention_curve(run: RunData) -> list[RetentionPoint]:
+    """Per eval point with retention evals, by round: the envs' mean score and its interval."""
+    points = []
+    for number in sorted(run.retention):
+        items = run.retention[number].values()
+        scores = [item.score for item in items if item.ok]
+        if not scores:
+            continue
+        overall = run.retention_overall.get(number)
+        points.append(RetentionPoint(number, len(scores), len(items) - len(scores),
+                                     mean(scores), overall.ci_low if overall else None,
+                                     overall.ci_high if overall else None))
+    return points
+
+
+def retention_by_env(run: RunData) -> dict[str, tuple[tuple[int, float], tuple[int, float]]]:
+    """env id -> ((round, score) at its first eval point, (round, score) at its latest)."""
+    seen: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for number in sorted(run.retention):
+        for env_id, item in sorted(run.retention[number].items()):
+            if item.ok:
+                seen[env_id].append((number, float(item.score)))
+    return {env_id: (scores[0], scores[-1]) for env_id, scores in seen.items()}
 
 
 TrainSeries = dict[str, dict[str, list[tuple[int, float]]]]

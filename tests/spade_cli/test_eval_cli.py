@@ -88,6 +88,7 @@ def test_directory_output_resumes(scripted, tmp_path, model):
     (["--compare", "a", "b", "--suite", "rg-quick"], "--compare reads two finished evals"),
     (["--suite", "rg-quick", "envs.jsonl"], "positional inputs"),
     (["--suite", "rg-quick", "--model", ""], "--model is required"),
+    (["--suite", "rg-quick", "--sample", "2"], "--sample draws env records for --suite envs"),
 ])
 def test_usage_errors_exit_2(args, message, scripted, model):
     result = runner.invoke(app, ["eval", "--model", model, *args])
@@ -182,3 +183,27 @@ def test_an_evaluated_checkpoint_is_marked_so_pruning_keeps_it(tmp_path):
     assert not (tmp_path / "plain-model").exists()
     train_grpo.prune_checkpoints(str(ckpt), 1)
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-000001", "step-000003"]
+
+
+def test_envs_sample_plays_the_same_seeded_envs_in_any_input_order(monkeypatch, tmp_path, model,
+                                                                    nsjail_ok):
+    import stages.backends
+    from spade_cli import options
+    from stages import seed_library
+    from stages.records import seeded_sample
+    from stages.shards import read
+
+    monkeypatch.setattr(stages.backends, "load_backend", lambda spec: ScriptedBackend(
+        lambda messages, tools: "\\boxed{a}", policy="scripted"))
+    monkeypatch.setattr(options, "check_model", lambda model: model)
+    envs = list(read([str(seed_library.ENV_SHARD)], {"env"}))[:4]
+    chosen = []
+    for name, order in (("forward", envs), ("backward", envs[::-1])):
+        shard = tmp_path / f"{name}.jsonl"
+        shard.write_bytes(b"".join(orjson.dumps(env.to_dict()) + b"\n" for env in order))
+        result = runner.invoke(app, ["eval", "--suite", "envs", "--sample", "2", "--seed", "5",
+                                     "--episodes", "1", "--model", model, str(shard)])
+        assert result.exit_code == 0, result.stderr
+        items = [orjson.loads(line) for line in result.stdout.splitlines()]
+        chosen.append([item["task"] for item in items if item["task"]])
+    assert chosen[0] == chosen[1] == [env.id for env in seeded_sample(envs, 2, 5)]

@@ -76,7 +76,21 @@ def test_export_writes_an_env_shard_with_a_manifest(indexed, tmp_path):
     assert len(skill.stdout.splitlines()) == 2  # both programs, on stdout
 
 
-@pytest.mark.parametrize("command", ["registry index", "registry export", "lineage"])
+def test_runs_lists_each_run_with_its_digests(indexed):
+    found = orjson.loads(runner.invoke(app, ["registry", "runs", "--json"]).stdout)
+    [run] = found
+    assert run["run"] == "t" and len(run["validators"]) == len(run["rewards"]) == 1
+    text = runner.invoke(app, ["registry", "runs"])
+    assert text.exit_code == 0, text.stderr
+    header, row = text.stdout.splitlines()
+    assert header.split() == ["run", "spade_versions", "validators", "rewards", "changed",
+                              "mixed"]
+    assert row.split() == ["t", *run["spade_versions"], *run["validators"], *run["rewards"],
+                           "-", "-"]
+
+
+@pytest.mark.parametrize("command", ["registry index", "registry export", "registry runs",
+                                     "lineage"])
 def test_help_has_an_example(command):
     result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "100"})
     assert result.exit_code == 0 and "Example" in result.stdout
