@@ -17,16 +17,6 @@ from sandbox.jail import Limits, Sandbox, SandboxUnavailable, Worker
 
 
 @pytest.fixture(scope="session")
-def jail_available():
-    try:
-        with Worker():
-            pass
-    except SandboxUnavailable as exc:
-        pytest.skip(f"nsjail cannot run here: {exc}")
-    return True
-
-
-@pytest.fixture(scope="session")
 def nsjail_ok() -> bool:
     """Skip (with the reason) every test that needs nsjail when it cannot run here."""
     try:

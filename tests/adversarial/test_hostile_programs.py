@@ -116,7 +116,7 @@ def round_trip(records: list, path: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def validated(jail_available):
+def validated(nsjail_ok):
     assert SANDBOX.mode == ROLLOUT.sandbox.mode == "nsjail"  # never run a fork bomb unjailed
     designs = validate.designs_from_files([p.path for p in CORPUS] + SEEDS)
     records = list(validate.run(designs, VALIDATE, Stats()))
@@ -250,7 +250,7 @@ def test_a_program_under_a_seed_envs_id_is_refused_at_read(name, tmp_path):
 # -- the command line --------------------------------------------------------------------------
 
 def test_validate_then_rollout_commands_exit_0_over_the_corpus(tmp_path, monkeypatch,
-                                                               jail_available):
+                                                               nsjail_ok):
     import stages.backends
 
     from spade_cli.app import app

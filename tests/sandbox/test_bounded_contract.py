@@ -148,13 +148,13 @@ BROKEN = Path(__file__).parent.parent / "fixtures" / "validate" / "broken"
     ("oracle_global_random.py", "setup() draws from the global random module (line 16: "
                                 "random.sample), not self.rng"),
 ])
-def test_each_tool_use_oracle_failure_says_why(name, reason, jail_available):
+def test_each_tool_use_oracle_failure_says_why(name, reason, nsjail_ok):
     record = stage.validate_one(stage.designs_from_files([BROKEN / name])[0], stage.Config())
     assert isinstance(record, Validation) and record.check == "oracle"
     assert "did not win" in record.error.msg and reason in record.error.msg
 
 
-def test_a_determinism_failure_names_global_random(jail_available):
+def test_a_determinism_failure_names_global_random(nsjail_ok):
     record = stage.validate_one(stage.designs_from_files([BROKEN / "determinism.py"])[0],
                                 stage.Config())
     assert record.check == "determinism"

@@ -139,21 +139,21 @@ class SloppyGuessEnv:
 SEEDS = [101, 202, 303, 404, 505]
 
 
-def test_a_game_any_other_episodes_answer_wins_is_trivial(jail_available):
+def test_a_game_any_other_episodes_answer_wins_is_trivial(nsjail_ok):
     with pytest.raises(ContractError) as caught:
         runtime_checks(Sandbox(), SLOPPY_GUESS, SEEDS)
     assert caught.value.check == "trivial"
     assert "another seed's solution wins 3 of 3" in caught.value.msg
 
 
-def test_a_one_action_game_whose_answer_is_its_solution_passes(jail_available):
+def test_a_one_action_game_whose_answer_is_its_solution_passes(nsjail_ok):
     exact = SLOPPY_GUESS.replace("abs(int(found[-1]) - self.secret) < 100000",
                                  "int(found[-1]) == self.secret")
     facts = runtime_checks(Sandbox(), exact, SEEDS)
     assert facts.class_name == "SloppyGuessEnv" and facts.max_turns == 5
 
 
-def test_the_same_answer_on_every_seed_passes_when_the_episodes_differ(jail_available):
+def test_the_same_answer_on_every_seed_passes_when_the_episodes_differ(nsjail_ok):
     same_answer = SLOPPY_GUESS.replace(
         'return "Guess a five-digit number with \\\\boxed{n}.", {}',
         'return f"Guess a five-digit number with \\\\boxed{{n}} (seed tag {self.secret}).", {}'
@@ -325,13 +325,13 @@ def reference_game(solution="f'{self.parts[\"a\"] * 7}/4'", win="1.0"):
     "['\\\\\\\\boxed{%s}' % (self.parts['a'] * 7 / 4)]",  # our own format
 ])
 def test_a_reference_game_passes_with_injected_names_math_verify_and_a_bare_answer(
-        solution, jail_available):
+        solution, nsjail_ok):
     facts = runtime_checks(Sandbox(), reference_game(solution), SEEDS)
     assert (facts.class_name, facts.max_turns, facts.oracle) == ("SumGuessEnv", 6, True)
 
 
 @pytest.mark.parametrize("win, accepted", [("10.0", True), ("10.5", False)])
-def test_a_reference_game_may_pay_up_to_ten(win, accepted, jail_available):
+def test_a_reference_game_may_pay_up_to_ten(win, accepted, nsjail_ok):
     source = reference_game(win=win)
     if accepted:
         assert runtime_checks(Sandbox(), source, SEEDS).class_name == "SumGuessEnv"
@@ -341,7 +341,7 @@ def test_a_reference_game_may_pay_up_to_ten(win, accepted, jail_available):
     assert caught.value.check == "step_types" and "outside [-10, 10]" in caught.value.msg
 
 
-def test_a_native_game_still_pays_within_one(jail_available):
+def test_a_native_game_still_pays_within_one(nsjail_ok):
     native = reference_game(win="2.0").replace(
         "def __init__(self, max_turns=6, **kwargs):\n        self.max_turns = max_turns",
         "max_turns = 6\n\n    def __init__(self):")
@@ -350,13 +350,13 @@ def test_a_native_game_still_pays_within_one(jail_available):
     assert caught.value.check == "step_types" and "outside [-1, 1]" in caught.value.msg
 
 
-def test_a_game_without_solution_passes_every_check_but_the_oracle(jail_available):
+def test_a_game_without_solution_passes_every_check_but_the_oracle(nsjail_ok):
     facts = runtime_checks(Sandbox(), reference_game().split("    def solution")[0] +
                            "    def step" + reference_game().split("    def step")[1], SEEDS)
     assert facts.oracle is False
 
 
-def test_a_game_without_solution_is_still_replayed_for_determinism(jail_available):
+def test_a_game_without_solution_is_still_replayed_for_determinism(nsjail_ok):
     source = reference_game().split("    def solution")[0] + "    def step" + \
         reference_game().split("    def step")[1].replace(
             'return "Wrong.", 0.0', 'WRONG.append(1)\n        return f"Wrong x{len(WRONG)}.", 0.0')
@@ -366,7 +366,7 @@ def test_a_game_without_solution_is_still_replayed_for_determinism(jail_availabl
     assert caught.value.check == "determinism"
 
 
-def test_a_reference_tool_use_env_is_played_and_checked_with_the_reference_base(jail_available):
+def test_a_reference_tool_use_env_is_played_and_checked_with_the_reference_base(nsjail_ok):
     source = REFERENCE_TOOL.replace('"a": 1', '"a": random.randint(10, 99)').replace(
         'self._expected_answer = "1"', 'self._expected_answer = str(self._state["a"])')
     source = "import random\n" + source.replace(

@@ -181,7 +181,7 @@ def test_the_guard_lets_an_env_change_its_own_class_data_while_it_plays():
     guard.check()
 
 
-def test_the_worker_plays_the_checked_class_and_refuses_a_patched_one(jail_available):
+def test_the_worker_plays_the_checked_class_and_refuses_a_patched_one(nsjail_ok):
     with Worker() as worker:
         facts = worker.call("load", source=GAME).result
         assert facts["class_name"] == "KeypadEnv"

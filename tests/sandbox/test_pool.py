@@ -7,7 +7,7 @@ from sandbox.jail import Sandbox, SandboxUnavailable
 from sandbox.pool import WorkerPool
 
 
-def test_take_hands_out_started_workers_and_keeps_within_budget(jail_available):
+def test_take_hands_out_started_workers_and_keeps_within_budget(nsjail_ok):
     with WorkerPool(Sandbox(), ready=2, plays=3) as pool:
         workers = [pool.take() for _ in range(3)]
         assert [w.call("ping").result for w in workers] == ["pong"] * 3
@@ -19,7 +19,7 @@ def test_take_hands_out_started_workers_and_keeps_within_budget(jail_available):
             worker.close()
 
 
-def test_close_stops_workers_never_taken(jail_available):
+def test_close_stops_workers_never_taken(nsjail_ok):
     pool = WorkerPool(Sandbox(), ready=3, plays=10)
     started = [future.result() for future in list(pool.pending)]
     pool.close()
@@ -49,7 +49,7 @@ class CountingExecutor:
         return worker
 
 
-def test_workers_come_from_the_executor_given(jail_available):
+def test_workers_come_from_the_executor_given(nsjail_ok):
     executor = CountingExecutor()
     with WorkerPool(Sandbox(), ready=2, plays=3, executor=executor) as pool:
         workers = [pool.take() for _ in range(3)]

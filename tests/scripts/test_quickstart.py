@@ -57,7 +57,7 @@ def mean_no_hint_reward(run_dir: Path) -> dict[int, float]:
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_quickstart_runs_in_a_fresh_venv_and_shows_learning(tmp_path, jail_available):
+def test_quickstart_runs_in_a_fresh_venv_and_shows_learning(tmp_path, nsjail_ok):
     repo, venv = tmp_path / "spade", tmp_path / "venv"
     copy_repository(repo)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -48,7 +48,7 @@ def test_a_gzip_bomb_is_exit_65(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.usefixtures("jail_available")
+@pytest.mark.usefixtures("nsjail_ok")
 @pytest.mark.parametrize("program, check, reason", [
     ("x = 1\n" * 8_000_000, "extract", "the env's source is 48000000 bytes, more than the 262144"),
     ("x = " + "-" * 100_000 + "1\n", "parse", "the source nests too deeply for Python's parser"),

@@ -27,7 +27,7 @@ def test_the_doc_explains_every_check_in_order():
     assert [row for row in rows if row in CHECKS] == list(CHECKS)
 
 
-def test_both_examples_pass_validation_in_the_jail(jail_available):
+def test_both_examples_pass_validation_in_the_jail(nsjail_ok):
     result = CliRunner().invoke(app, ["validate", *map(str, EXAMPLES)])
     assert result.exit_code == 0, result.stderr
     records = [orjson.loads(line) for line in result.stdout.splitlines()]

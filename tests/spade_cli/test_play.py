@@ -37,7 +37,7 @@ def env_file(tmp_path: Path, step: str, reset_obs: str = "'ready'", max_turns: i
     return str(path)
 
 
-def test_plain_text_game_lines_are_boxed_and_the_solution_wins(jail_available):
+def test_plain_text_game_lines_are_boxed_and_the_solution_wins(nsjail_ok):
     actions = solution(GAME, seed=4)
     typed = [last_boxed(action) for action in actions]  # what a person types: no \boxed{}
     result = play(str(GAME), "--seed", "4", lines=typed)
@@ -49,7 +49,7 @@ def test_plain_text_game_lines_are_boxed_and_the_solution_wins(jail_available):
                                  "episode reward +1.00")
 
 
-def test_tool_use_lines_go_as_typed_and_the_solution_wins(jail_available):
+def test_tool_use_lines_go_as_typed_and_the_solution_wins(nsjail_ok):
     actions = solution(TOOL_USE, seed=2)
     result = play(str(TOOL_USE), "--seed", "2", lines=actions)
     assert result.exit_code == 0, result.stderr
@@ -62,7 +62,7 @@ def test_tool_use_lines_go_as_typed_and_the_solution_wins(jail_available):
                                  "+1.00")
 
 
-def test_a_record_from_a_shard_by_id_prefix_with_its_hint(tmp_path, jail_available):
+def test_a_record_from_a_shard_by_id_prefix_with_its_hint(tmp_path, nsjail_ok):
     envs = [env for env in read([str(seed_library.ENV_SHARD)]) if isinstance(env, Env)][:2]
     shard = tmp_path / "envs.jsonl"
     shard.write_bytes(dumps(envs[0].model_copy(update={"hint": "Work backwards."}))
@@ -79,7 +79,7 @@ def test_a_record_from_a_shard_by_id_prefix_with_its_hint(tmp_path, jail_availab
     assert play(str(shard), "--id", "env_nope").exit_code == 66
 
 
-def test_the_episode_ends_at_max_turns(tmp_path, jail_available):
+def test_the_episode_ends_at_max_turns(tmp_path, nsjail_ok):
     path = env_file(tmp_path, "return 'still here', 0.0, False, False, {}", max_turns=2)
     result = play(path, lines=["a", "", "b", "c", "d"])  # a blank line is not a turn
     assert result.exit_code == 0, result.stderr
@@ -87,7 +87,7 @@ def test_the_episode_ends_at_max_turns(tmp_path, jail_available):
     assert "after 2 turns (max_turns (2) reached): not won" in result.stdout
 
 
-def test_env_text_cannot_drive_the_terminal(tmp_path, jail_available):
+def test_env_text_cannot_drive_the_terminal(tmp_path, nsjail_ok):
     path = env_file(tmp_path, "return '\\x1b[2J\\x1b]0;pwned\\x07', 1.0, True, False, {}",
                     reset_obs="'\\u202etxt.exe'")
     result = play(path, lines=["go"])
@@ -96,7 +96,7 @@ def test_env_text_cannot_drive_the_terminal(tmp_path, jail_available):
     assert "\\x1b[2J\\x1b]0;pwned\\x07" in result.stdout and "\\u202etxt.exe" in result.stdout
 
 
-def test_an_env_that_breaks_exits_65_with_one_line(tmp_path, jail_available):
+def test_an_env_that_breaks_exits_65_with_one_line(tmp_path, nsjail_ok):
     path = env_file(tmp_path, "return 1 / 0")
     result = play(path, lines=["go"])
     assert result.exit_code == 65
@@ -128,7 +128,7 @@ def typed_line(action: str) -> str:
     return " ".join(words)
 
 
-def test_tool_use_name_key_value_lines_and_done_win(jail_available):
+def test_tool_use_name_key_value_lines_and_done_win(nsjail_ok):
     actions = solution(TOOL_USE, seed=2)
     typed = [typed_line(action) for action in actions]
     assert any("=" in line for line in typed) and typed[-1] == "done"
@@ -142,7 +142,7 @@ def test_tool_use_name_key_value_lines_and_done_win(jail_available):
                                  "+1.00")
 
 
-def test_a_typed_call_that_misfits_the_schema_is_one_line_and_no_turn(jail_available):
+def test_a_typed_call_that_misfits_the_schema_is_one_line_and_no_turn(nsjail_ok):
     lines = ["extend_booking minutes=30",  # booking_id is required
              "extend_booking booking_id=B1 minutes=30 colour=red",  # no such argument
              "extend_booking booking_id",  # not key=value

@@ -169,7 +169,7 @@ def test_recipe_option_names_match_the_commands():
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_killed_run_resumes_to_the_same_records(tmp_path, jail_available):
+def test_killed_run_resumes_to_the_same_records(tmp_path, nsjail_ok):
     whole = make_workspace(tmp_path / "whole")
     finished = spade_run(whole)
     assert finished.wait(timeout=900) == 0, finished.stderr.read().decode()[-2000:]

@@ -218,7 +218,7 @@ def run_with_fake_server(tmp_path, dies: str, serve: str = "") -> tuple:
 
 
 def test_a_server_that_keeps_dying_stops_the_run_with_exit_69(tmp_path, monkeypatch,
-                                                               jail_available):
+                                                               nsjail_ok):
     monkeypatch.chdir(tmp_path)
     result, log = run_with_fake_server(tmp_path, "always", "restarts = 1\n")
     assert result.exit_code == 69, result.stderr
@@ -228,7 +228,7 @@ def test_a_server_that_keeps_dying_stops_the_run_with_exit_69(tmp_path, monkeypa
 
 
 def test_a_server_that_dies_is_started_again_and_the_stage_rerun(tmp_path, monkeypatch,
-                                                                  jail_available):
+                                                                  nsjail_ok):
     monkeypatch.chdir(tmp_path)
     result, log = run_with_fake_server(tmp_path, "once")
     assert result.exit_code == 0, result.stderr + log
@@ -400,7 +400,7 @@ max-tokens = 8
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_three_round_run_starts_one_engine_and_reloads_after_each_train_step(
-        tmp_path, vllm_python, cpu_env, jail_available):
+        tmp_path, vllm_python, cpu_env, nsjail_ok):
     untied_tiny(tmp_path / "model")
     (tmp_path / "served.toml").write_text(SERVED_RECIPE.format(python=vllm_python))
     started = time.monotonic()

@@ -22,7 +22,7 @@ def lines(text):
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory, jail_available):
+def chain(tmp_path_factory, nsjail_ok):
     """model tiny -> design -> validate -> hint -> rollout x2 -> score-regret -> train-grpo."""
     root = tmp_path_factory.mktemp("chain")
     model = root / "tiny"
@@ -184,7 +184,7 @@ def test_a_cached_hub_id_loads_from_the_cache_without_the_hub(tmp_path, monkeypa
     ("eval", ["--suite", "envs", "{pool}"]),
 ])
 def test_every_generating_stage_closes_its_backend(command, args, tmp_path, monkeypatch,
-                                                   jail_available):
+                                                   nsjail_ok):
     """An in-process engine holds its GPU until closed: the next stage of a run needs it."""
     from stages import backends
     from stages.backends.scripted import ScriptedBackend
@@ -234,7 +234,7 @@ def test_an_env_under_another_envs_id_is_exit_65_at_its_line(tmp_path, scripted)
         assert result.stdout == ""
 
 
-def test_a_repeated_env_is_played_once_with_a_warning(tmp_path, scripted, jail_available):
+def test_a_repeated_env_is_played_once_with_a_warning(tmp_path, scripted, nsjail_ok):
     line = seed_library.STARTER_SHARD.read_text().splitlines()[0]
     env_id = orjson.loads(line)["id"]
     pool = tmp_path / "pool.jsonl"

@@ -25,14 +25,14 @@ def test_seeds_prints_one_design_per_file():
     assert all(orjson.loads(line)["kind"] == "design" for line in lines)
 
 
-def test_validate_stdin_to_stdout_matches_shipped_shard(jail_available):
+def test_validate_stdin_to_stdout_matches_shipped_shard(nsjail_ok):
     result = runner.invoke(app, ["validate", "--seed", "0", "-"], input=seeds_jsonl())
     assert result.exit_code == 0, result.stderr
     assert result.stdout.encode() == seed_library.ENV_SHARD.read_bytes()
     assert "validate: " in result.stderr and "rejected" in result.stderr
 
 
-def test_validate_a_py_file_prints_the_env(jail_available):
+def test_validate_a_py_file_prints_the_env(nsjail_ok):
     path = seed_library.files("game")[0]
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.stderr
@@ -45,7 +45,7 @@ BROKEN = ("class BrokenEnv:\n    def reset(self, seed=None):\n        return 'x'
           "    def solution(self):\n        return ['a']\n")
 
 
-def test_validate_a_broken_py_file_prints_the_reject(tmp_path, jail_available):
+def test_validate_a_broken_py_file_prints_the_reject(tmp_path, nsjail_ok):
     path = tmp_path / "broken_env.py"
     path.write_text(BROKEN)
     result = runner.invoke(app, ["validate", str(path)])
@@ -58,7 +58,7 @@ def test_validate_a_broken_py_file_prints_the_reject(tmp_path, jail_available):
     assert "every design was rejected (1)" in result.stderr
 
 
-def test_each_file_gets_a_verdict_line_and_its_records_name_it(tmp_path, jail_available):
+def test_each_file_gets_a_verdict_line_and_its_records_name_it(tmp_path, nsjail_ok):
     good = seed_library.files("game")[0]
     broken = tmp_path / "broken_env.py"
     broken.write_text(BROKEN)
@@ -72,7 +72,7 @@ def test_each_file_gets_a_verdict_line_and_its_records_name_it(tmp_path, jail_av
     assert any(line.startswith(f"{broken}: rejected by reset: ") for line in lines)
 
 
-def test_all_rejected_exits_65_on_reruns_too_unless_allowed(tmp_path, jail_available):
+def test_all_rejected_exits_65_on_reruns_too_unless_allowed(tmp_path, nsjail_ok):
     broken = tmp_path / "broken_env.py"
     broken.write_text(BROKEN)
     out = tmp_path / "checked"
@@ -95,7 +95,7 @@ def test_a_directory_of_another_kind_says_what_it_skipped(tmp_path):
             "records and .py files") in result.stderr
 
 
-def test_directory_output_resumes(tmp_path, jail_available):
+def test_directory_output_resumes(tmp_path, nsjail_ok):
     shard = tmp_path / "designs.jsonl"
     shard.write_text(seeds_jsonl())
     out = tmp_path / "envs"
@@ -168,7 +168,7 @@ def test_a_stage_reads_its_own_kind_from_a_mixed_stream(tmp_path):
     assert seen == ["env"]
 
 
-def test_budget_bounds_an_env_whose_every_call_is_slow_but_legal(tmp_path, jail_available):
+def test_budget_bounds_an_env_whose_every_call_is_slow_but_legal(tmp_path, nsjail_ok):
     slow = tmp_path / "slow_env.py"
     slow.write_text("class SlowEnv:\n    def reset(self, seed=None):\n"
                     "        sum(range(40_000_000))\n        return 'obs', {}\n"
@@ -184,7 +184,7 @@ REFERENCE = Path(__file__).parents[1] / "fixtures" / "validate" / "reference"
 
 
 @pytest.mark.slow
-def test_envs_without_an_oracle_are_named_in_their_verdict_and_the_summary(jail_available):
+def test_envs_without_an_oracle_are_named_in_their_verdict_and_the_summary(nsjail_ok):
     result = runner.invoke(app, ["validate", str(REFERENCE / "code_lock.py"),
                                  str(REFERENCE / "clock_arithmetic.py")])
     assert result.exit_code == 0, result.stderr

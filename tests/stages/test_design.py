@@ -104,7 +104,7 @@ def test_tool_use_prompts_pick_variant_and_domain():
     assert all("ToolUseBaseEnv" in r.prompt for r in records)
 
 
-def test_design_output_validates(jail_available):
+def test_design_output_validates(nsjail_ok):
     cfg = stage.Config(batch=2)
     designs = list(stage.run(ScriptedBackend(answer_with_seed_env), DOCS, [], cfg,
                              stage.fresh_slots(cfg)))

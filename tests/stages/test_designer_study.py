@@ -23,7 +23,7 @@ def test_the_paper_sampling_is_read_from_the_recipe():
 
 @pytest.mark.slow
 def test_a_study_prints_its_table_and_revalidates_the_same_designs(tiny_model, tmp_path, capsys,
-                                                                    jail_available):
+                                                                    nsjail_ok):
     study = load()
     out = tmp_path / "study"
     study.main(["-m", tiny_model, "-n", "2", "--max-tokens", "24", "-o", str(out),

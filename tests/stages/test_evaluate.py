@@ -358,7 +358,7 @@ def test_tool_call_parsing_and_call_strings():
 
 
 # -- env shards -------------------------------------------------------------------------------
-def test_envs_success_rate_per_env(jail_available):
+def test_envs_success_rate_per_env(nsjail_ok):
     from stages import seed_library
     from stages.rollout import play_seed
     from stages.shards import read
@@ -501,7 +501,7 @@ def test_lcb_rows_keep_their_tests_undecoded():
     assert not rows[0]["private"].startswith("[")  # base64(zlib(pickle)), decoded in the jail
 
 
-def test_lcb_programs_pass_stdin_and_functional_tests_in_the_jail(jail_available, monkeypatch):
+def test_lcb_programs_pass_stdin_and_functional_tests_in_the_jail(nsjail_ok, monkeypatch):
     import pickle
 
     def refuse(*args, **kwargs):
@@ -523,7 +523,7 @@ def test_lcb_programs_pass_stdin_and_functional_tests_in_the_jail(jail_available
     assert failed[0].details["verdicts"] == ["wrong answer on test 1"]
 
 
-def test_lcb_programs_stay_in_the_jail(jail_available, tmp_path):
+def test_lcb_programs_stay_in_the_jail(nsjail_ok, tmp_path):
     marker = tmp_path / "escaped"
     hostile = {"Read two": f"open({str(marker)!r}, 'w').write('x')\nprint(3)",
                "Read an integer": "while True:\n    pass", "Given an array": "no code"}

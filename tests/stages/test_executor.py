@@ -127,7 +127,7 @@ def test_an_unreachable_cluster_exits_69_in_one_line():
 
 
 @pytest.mark.slow
-def test_ray_validate_writes_the_same_records_as_local(ray_head, tmp_path, jail_available):
+def test_ray_validate_writes_the_same_records_as_local(ray_head, tmp_path, nsjail_ok):
     files = [*seed_library.files("game")[:2], seed_library.files("tool_use")[0],
              FIXTURES / "broken" / "oracle.py", FIXTURES / "broken" / "determinism.py"]
     outputs = {}
@@ -151,7 +151,7 @@ def scripted_agent(messages, tools) -> str:
 
 @pytest.mark.slow
 def test_ray_rollout_writes_the_same_records_as_local(ray_head, tmp_path, monkeypatch,
-                                                      jail_available):
+                                                      nsjail_ok):
     monkeypatch.setattr(backends, "load_backend", lambda spec: ScriptedBackend(scripted_agent))
     outputs = {}
     for executor in ("local", "ray"):
@@ -183,7 +183,7 @@ def play(worker) -> list:
 
 
 @pytest.mark.slow
-def test_a_remote_worker_answers_as_a_local_one(ray_head, jail_available):
+def test_a_remote_worker_answers_as_a_local_one(ray_head, nsjail_ok):
     sandbox = Sandbox(limits=Limits(call_timeout=2.0))
     local = play(LocalExecutor(1).worker(sandbox))
     with RayExecutor(2, ray_head) as cluster:

@@ -74,14 +74,14 @@ def test_hint_actions_are_what_the_text_names_in_order():
     assert leaks.hint_actions(STRATEGY, "game") == []
 
 
-def test_a_hint_that_plays_to_a_win_on_its_own_leaks(jail_available):
+def test_a_hint_that_plays_to_a_win_on_its_own_leaks(nsjail_ok):
     leaked = leaks.check(colour_env().model_copy(update={"hint": LEAK}), Sandbox())
     assert leaked["leaks"] and leaked["won"] == leaked["seeds"] == 8
     kept = leaks.check(colour_env().model_copy(update={"hint": "Not 'red'."}), Sandbox())
     assert not kept["leaks"] and kept["won"] <= 4  # red wins the seeds that hid red
 
 
-def test_a_leaking_hint_is_written_again_and_marked_when_it_keeps_leaking(jail_available):
+def test_a_leaking_hint_is_written_again_and_marked_when_it_keeps_leaking(nsjail_ok):
     replies = iter([LEAK, STRATEGY])
     (fixed,) = stage.run([colour_env()], ScriptedBackend(lambda m, t: next(replies)),
                          stage.Config())

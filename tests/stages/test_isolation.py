@@ -110,7 +110,7 @@ def test_an_unwritable_failure_record_is_a_bug_and_raises():
 SANDBOX = Sandbox(limits=Limits(call_timeout=5))
 
 
-def test_validate_turns_an_internal_error_into_that_designs_reject(monkeypatch, jail_available):
+def test_validate_turns_an_internal_error_into_that_designs_reject(monkeypatch, nsjail_ok):
     files = seed_library.files("game")[:3]
     designs = validate.designs_from_files(files)
     real = validate.runtime_checks
@@ -131,7 +131,7 @@ def test_validate_turns_an_internal_error_into_that_designs_reject(monkeypatch, 
     assert stats.reasons["internal"] == 1
 
 
-def test_rollout_ends_only_the_play_that_breaks_spade(monkeypatch, jail_available):
+def test_rollout_ends_only_the_play_that_breaks_spade(monkeypatch, nsjail_ok):
     envs = poisoned_first(seed_envs(2))
     real = rollout.game_action
 
@@ -158,7 +158,7 @@ def test_rollout_ends_only_the_play_that_breaks_spade(monkeypatch, jail_availabl
         dumps(play)
 
 
-def test_rollout_keeps_a_play_whose_record_cannot_be_written(jail_available):
+def test_rollout_keeps_a_play_whose_record_cannot_be_written(nsjail_ok):
     envs = poisoned_first(seed_envs(2))
     backend = NaNLogprobs(lambda messages, tools: "\\boxed{1}", poison=POISON)
     cfg = rollout.Config(plays=1, hint=True, concurrency=2, max_turns=3, sandbox=SANDBOX)
@@ -220,7 +220,7 @@ def test_score_regret_marks_only_the_env_it_cannot_score(monkeypatch):
         dumps(regret)
 
 
-def test_eval_envs_fails_only_the_item_it_cannot_build(monkeypatch, jail_available):
+def test_eval_envs_fails_only_the_item_it_cannot_build(monkeypatch, nsjail_ok):
     from stages.evaluate import envs as suite
 
     envs = seed_envs(2)

@@ -29,7 +29,7 @@ def win_rate(model_dir, seed):
 
 
 @pytest.mark.slow
-def test_no_hint_win_rate_rises_over_rounds(tiny_model, tmp_path, jail_available):
+def test_no_hint_win_rate_rises_over_rounds(tiny_model, tmp_path, nsjail_ok):
     before = [win_rate(tiny_model, seed)[0] for seed in (1000, 1001)]
     model = tiny_model
     cfg = train_grpo.Config(lr=5e-2, batch_size=32, weight_decay=0.0)

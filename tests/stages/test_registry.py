@@ -247,7 +247,7 @@ def test_a_bad_line_in_a_complete_shard_names_its_place(built):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_a_real_one_round_quickstart_run_indexes_and_traces(tmp_path, jail_available):
+def test_a_real_one_round_quickstart_run_indexes_and_traces(tmp_path, nsjail_ok):
     """The quickstart recipe for one round, then every env it played has a lineage."""
     repo = Path(__file__).parents[2]
     shutil.copytree(repo / "recipes", tmp_path / "recipes")

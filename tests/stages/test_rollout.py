@@ -53,7 +53,7 @@ def scripted(action):
 CFG = stage.Config(plays=2, concurrency=2, sandbox=Sandbox(limits=Limits(call_timeout=2)))
 
 
-def test_winning_play_gets_the_last_step_reward(jail_available):
+def test_winning_play_gets_the_last_step_reward(nsjail_ok):
     plays = list(stage.run([env()], scripted("knock"), CFG))
     assert len(plays) == 2
     for play in plays:
@@ -64,19 +64,19 @@ def test_winning_play_gets_the_last_step_reward(jail_available):
     assert plays[0].seed != plays[1].seed
 
 
-def test_partial_rewards_without_termination_score_zero(jail_available):
+def test_partial_rewards_without_termination_score_zero(nsjail_ok):
     play = next(stage.run([env(max_turns=4)], scripted("wait"), CFG))
     assert play.truncated and not play.terminated
     assert len(play.turns) == 4 and play.reward == 0.0
 
 
-def test_turn_cap_under_the_env_max_turns(jail_available):
+def test_turn_cap_under_the_env_max_turns(nsjail_ok):
     cfg = stage.Config(plays=1, max_turns=2, sandbox=CFG.sandbox)
     play = next(stage.run([env()], scripted("wait"), cfg))
     assert len(play.turns) == 2 and play.truncated
 
 
-def test_hint_goes_into_the_first_observation_only(jail_available):
+def test_hint_goes_into_the_first_observation_only(nsjail_ok):
     seen = []
 
     def respond(messages, tools):
@@ -90,21 +90,21 @@ def test_hint_goes_into_the_first_observation_only(jail_available):
     assert play.hint is True and play.meta["hint_text"] == "knock, knock, knock"
 
 
-def test_a_hinted_stage_does_not_play_an_env_without_a_hint(jail_available):
+def test_a_hinted_stage_does_not_play_an_env_without_a_hint(nsjail_ok):
     cfg = stage.Config(plays=1, hint=True, sandbox=CFG.sandbox)
     plays = list(stage.run([env(), env(hint="knock, knock, knock", max_turns=5)],
                            scripted("knock"), cfg))
     assert [p.meta["hint_text"] for p in plays] == ["knock, knock, knock"]
 
 
-def test_crashing_env_is_a_recorded_outcome(jail_available):
+def test_crashing_env_is_a_recorded_outcome(nsjail_ok):
     play = next(stage.run([env()], scripted("CRASH"), CFG))
     assert play.outcome == "program_error" and play.ok is False and play.reward == 0.0
     assert "ValueError" in play.error.msg or "boom" in play.error.msg
     assert len(play.turns) == 1
 
 
-def test_hanging_env_times_out_without_hanging_the_stage(jail_available):
+def test_hanging_env_times_out_without_hanging_the_stage(nsjail_ok):
     play = next(stage.run([env()], scripted("HANG"), CFG))
     assert play.outcome == "timeout" and play.error.type == "env.timeout"
 
@@ -118,7 +118,7 @@ BUDGET = stage.Config(plays=4, concurrency=1, env_budget=1.0,
                       sandbox=Sandbox(limits=Limits(call_timeout=2)))
 
 
-def test_a_play_past_its_env_budget_ends_with_that_outcome(jail_available):
+def test_a_play_past_its_env_budget_ends_with_that_outcome(nsjail_ok):
     play = next(stage.run([env(STALLING)], scripted("wait"), replace(BUDGET, plays=1)))
     assert play.outcome == "env_budget" and play.ok is False and play.reward == 0.0
     assert "1s budget" in play.error.msg
@@ -126,14 +126,14 @@ def test_a_play_past_its_env_budget_ends_with_that_outcome(jail_available):
     assert len(play.turns) == 3  # two slow steps fit, the third ran out of budget
 
 
-def test_the_budget_counts_the_env_time_only(jail_available):
+def test_the_budget_counts_the_env_time_only(nsjail_ok):
     slow_agent = ScriptedBackend(lambda messages, tools: time.sleep(0.4) or "\\boxed{knock}")
     play = next(stage.run([env()], slow_agent, replace(BUDGET, plays=1, env_budget=0.5)))
     assert play.outcome == "ok" and play.reward == 1.0
     assert play.meta["seconds"] > 1.0  # three turns of a slow agent, well past the budget
 
 
-def test_an_env_that_ran_out_the_clock_is_not_played_again(jail_available):
+def test_an_env_that_ran_out_the_clock_is_not_played_again(nsjail_ok):
     started = time.monotonic()
     plays = list(stage.run([env(STALLING), env()], scripted("wait"), BUDGET))
     assert [p.outcome for p in plays[:4]] == ["env_budget"] + ["blacklisted"] * 3
@@ -142,12 +142,12 @@ def test_an_env_that_ran_out_the_clock_is_not_played_again(jail_available):
     assert time.monotonic() - started < 4 * BUDGET.env_budget  # one budget, not four
 
 
-def test_blacklist_after_counts_stalled_plays(jail_available):
+def test_blacklist_after_counts_stalled_plays(nsjail_ok):
     plays = list(stage.run([env(STALLING)], scripted("wait"), replace(BUDGET, blacklist_after=2)))
     assert [p.outcome for p in plays] == ["env_budget", "env_budget", "blacklisted", "blacklisted"]
 
 
-def test_earlier_rounds_blacklist_an_env_for_the_rest_of_its_set(jail_available):
+def test_earlier_rounds_blacklist_an_env_for_the_rest_of_its_set(nsjail_ok):
     knock = env()
     earlier = [Rollout(env_id=knock.id, hint=True, seed=1, outcome="timeout", ok=False)]
     plays = list(stage.run([knock], scripted("knock"), BUDGET,
@@ -162,7 +162,7 @@ def test_game_actions_are_normalised_to_the_last_box():
     assert stage.game_action("no box here") == "no box here"
 
 
-def test_output_is_in_env_then_play_order(jail_available):
+def test_output_is_in_env_then_play_order(nsjail_ok):
     envs = [env(), env(source=KNOCK.replace("3 times", "three times"))]
     plays = list(stage.run(envs, scripted("knock"), stage.Config(plays=3, concurrency=4,
                                                                   sandbox=CFG.sandbox)))
@@ -170,7 +170,7 @@ def test_output_is_in_env_then_play_order(jail_available):
         (e.id, i) for e in envs for i in range(3)]
 
 
-def test_tool_use_format_error_costs_and_continues(jail_available):
+def test_tool_use_format_error_costs_and_continues(nsjail_ok):
     tool_env = next(e for e in read([str(seed_library.ENV_SHARD)]) if e.domain == "tool_use")
     replies = iter(["I will just talk."] + ["<answer>done</answer>"] * 30)
     backend = ScriptedBackend(lambda messages, tools: next(replies))
@@ -179,7 +179,7 @@ def test_tool_use_format_error_costs_and_continues(jail_available):
     assert len(play.turns) > 1 and play.reward == 0.0
 
 
-def test_tiny_model_turns_keep_token_bookkeeping(tiny_backend, jail_available):
+def test_tiny_model_turns_keep_token_bookkeeping(tiny_backend, nsjail_ok):
     cfg = stage.Config(plays=2, max_turns=3, sandbox=CFG.sandbox,
                        sampling=stage.Sampling(max_tokens=12))
     plays = list(stage.run([env()], tiny_backend, cfg))
@@ -198,7 +198,7 @@ def test_tiny_model_turns_keep_token_bookkeeping(tiny_backend, jail_available):
             assert earlier.completion in tokenizer.decode(later.prompt_ids)
 
 
-def test_step_returning_the_wrong_shape_is_a_recorded_outcome(jail_available):
+def test_step_returning_the_wrong_shape_is_a_recorded_outcome(nsjail_ok):
     broken = KNOCK.replace('return f"{self.left} left.", 0.25, False, False, {}',
                            'return f"{self.left} left.", 0.25, False')
     play = next(stage.run([env(source=broken)], scripted("wait"), CFG))
@@ -233,7 +233,7 @@ class KnockEnv:
 '''
 
 
-def test_observations_are_capped_and_the_cut_marked(jail_available):
+def test_observations_are_capped_and_the_cut_marked(nsjail_ok):
     seen = []
 
     def respond(messages, tools):
@@ -251,7 +251,7 @@ def test_observations_are_capped_and_the_cut_marked(jail_available):
 
 def test_a_conversation_past_the_context_ends_the_play_with_context_limit(tiny_backend,
                                                                            tiny_model,
-                                                                           jail_available):
+                                                                           nsjail_ok):
     from stages.backends import BackendSpec, load_backend
 
     seen = []
@@ -271,7 +271,7 @@ def test_a_conversation_past_the_context_ends_the_play_with_context_limit(tiny_b
     assert len(play.turns) == 1 and play.turns[0].prompt_ids == first_prompt
 
 
-def test_the_episode_budget_bounds_generation(tiny_backend, jail_available):
+def test_the_episode_budget_bounds_generation(tiny_backend, nsjail_ok):
     """A budget spent before the model's turn: the model is not called, the play is cut."""
     cfg = stage.Config(plays=1, episode_timeout=0.0, sandbox=CFG.sandbox,
                        sampling=stage.Sampling(max_tokens=4000))
@@ -299,7 +299,7 @@ def without_timing(plays):
 
 
 @pytest.mark.parametrize("concurrency", [1, 3, 8])
-def test_plays_do_not_depend_on_the_schedule(jail_available, concurrency):
+def test_plays_do_not_depend_on_the_schedule(nsjail_ok, concurrency):
     """Barrier-free at any concurrency gives the turn-batched records, and every model call
     gets the seed of its (play, turn), whatever the order calls are made in."""
     envs = [env(), env(KNOCK.replace("self.left = 3", "self.left = 2"))]
@@ -316,7 +316,7 @@ def test_plays_do_not_depend_on_the_schedule(jail_available, concurrency):
     assert set(seen_free) == expected and len(seen_free) == len(expected)
 
 
-def test_barrier_free_plays_finish_out_of_order_and_are_written_in_order(jail_available):
+def test_barrier_free_plays_finish_out_of_order_and_are_written_in_order(nsjail_ok):
     """Play 0 is slow, play 1 fast: play 1 ends first, the output is still (env, play) order.
     "Slow" is an event, not a latency: the slow play's completion is held until the fast play's
     three turns have come back, so a loaded machine cannot reorder them."""
@@ -358,7 +358,7 @@ def test_barrier_free_plays_finish_out_of_order_and_are_written_in_order(jail_av
     assert returned == [False] * 3 + [True] * 3  # the fast play's three turns came back first
 
 
-def test_an_engine_failure_stops_the_stage_and_releases_every_jail(jail_available):
+def test_an_engine_failure_stops_the_stage_and_releases_every_jail(nsjail_ok):
     from concurrent.futures import Future
 
     from stages.backends import BackendUnavailable

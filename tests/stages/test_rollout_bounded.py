@@ -56,7 +56,7 @@ class CutBackend(ScriptedBackend):
 CFG = stage.Config(plays=2, concurrency=2, sandbox=Sandbox(limits=Limits(call_timeout=2)))
 
 
-def test_a_play_cut_at_max_tokens_is_recorded_so(jail_available):
+def test_a_play_cut_at_max_tokens_is_recorded_so(nsjail_ok):
     backend = CutBackend(lambda messages, tools: "Let me think. \\boxed{knock}")
     plays = list(stage.run([env()], backend, CFG))
     for play in plays:
@@ -65,7 +65,7 @@ def test_a_play_cut_at_max_tokens_is_recorded_so(jail_available):
         assert play.meta["cut_at_max_tokens"] is True
 
 
-def test_a_play_that_ends_otherwise_is_not_flagged(jail_available):
+def test_a_play_that_ends_otherwise_is_not_flagged(nsjail_ok):
     backend = ScriptedBackend(lambda messages, tools: "\\boxed{knock}")
     plays = list(stage.run([env()], backend, CFG))
     assert all(play.meta["cut_at_max_tokens"] is False and play.reward == 1.0 for play in plays)

@@ -18,7 +18,7 @@ def starter_envs():
     return list(read([str(seed_library.STARTER_SHARD)]))
 
 
-def test_starter_tier_passes_validation_and_matches_the_shipped_shard(jail_available):
+def test_starter_tier_passes_validation_and_matches_the_shipped_shard(nsjail_ok):
     fresh = list(stage.run(seed_library.designs(seed_library.starter_files()),
                            stage.Config(seed=0), Stats()))
     assert [(r.check, r.error.msg) for r in fresh if isinstance(r, Validation)] == []
@@ -28,7 +28,7 @@ def test_starter_tier_passes_validation_and_matches_the_shipped_shard(jail_avail
 
 
 @pytest.mark.parametrize("env", starter_envs(), ids=lambda env: env.class_name)
-def test_the_first_letter_picks_an_option_and_only_the_named_one_wins(env, jail_available):
+def test_the_first_letter_picks_an_option_and_only_the_named_one_wins(env, nsjail_ok):
     with Worker() as worker:
         assert worker.call("load", source=env.source).ok
         for seed in range(6):

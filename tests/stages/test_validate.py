@@ -33,7 +33,7 @@ def design_for(path: Path) -> Design:
 
 
 @pytest.mark.parametrize("path", sorted(BROKEN.iterdir()), ids=lambda p: p.name)
-def test_each_broken_fixture_fails_its_own_check(path, jail_available):
+def test_each_broken_fixture_fails_its_own_check(path, nsjail_ok):
     record = stage.validate_one(design_for(path), stage.Config())
     assert isinstance(record, Validation), f"{path.name} was accepted"
     assert record.check == expected_check(path), record.error.msg
@@ -42,7 +42,7 @@ def test_each_broken_fixture_fails_its_own_check(path, jail_available):
 
 
 @pytest.mark.parametrize("path", sorted(VALID.glob("*.py")), ids=lambda p: p.name)
-def test_each_valid_fixture_is_accepted(path, jail_available):
+def test_each_valid_fixture_is_accepted(path, nsjail_ok):
     record = stage.validate_one(design_for(path), stage.Config())
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
 
@@ -53,7 +53,7 @@ WITHOUT_SOLUTION = {"code_lock.py", "vault_keys.py"}  # the reference's multi-tu
 
 @pytest.mark.parametrize("path", sorted(REFERENCE.glob("*.py")), ids=lambda p: p.name)
 def test_each_reference_format_fixture_is_accepted_and_says_when_no_oracle_ran(
-        path, jail_available):
+        path, nsjail_ok):
     record = stage.validate_one(design_for(path), stage.Config())
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
     assert record.meta.get("oracle") == ("none" if path.name in WITHOUT_SOLUTION else None)
@@ -93,7 +93,7 @@ def test_every_check_has_a_broken_fixture():
     assert covered == set(CHECKS)
 
 
-def test_seed_library_passes_and_covers_every_skill(jail_available):
+def test_seed_library_passes_and_covers_every_skill(nsjail_ok):
     from stages.skills import GAME_SKILLS
 
     designs = seed_library.designs()
@@ -108,21 +108,21 @@ def test_seed_library_passes_and_covers_every_skill(jail_available):
     assert [r.parents for r in records] == [[d.id] for d in designs]
 
 
-def test_shipped_env_shard_matches_what_validate_produces(jail_available):
+def test_shipped_env_shard_matches_what_validate_produces(nsjail_ok):
     shipped = list(read([str(seed_library.ENV_SHARD)]))
     fresh = list(stage.run(seed_library.designs(), stage.Config(seed=0), Stats()))
     assert [dumps(r) for r in shipped] == [dumps(r) for r in fresh], \
         "stages/seed_library/envs.jsonl is stale: run `just seeds`"
 
 
-def test_answer_with_prose_around_the_code_is_extracted(jail_available):
+def test_answer_with_prose_around_the_code_is_extracted(nsjail_ok):
     source = seed_library.files("game")[0].read_text()
     answer = f"Here is my environment.\n\n```python\n{source}```\nIt is fun."
     record = stage.validate_one(Design(completion=answer, skill="x"), stage.Config())
     assert isinstance(record, Env) and record.source.strip() == source.strip()
 
 
-def test_domain_mismatch_is_a_structure_reject(jail_available):
+def test_domain_mismatch_is_a_structure_reject(nsjail_ok):
     source = seed_library.files("game")[0].read_text()
     design = Design(domain="tool_use", completion=f"```python\n{source}```")
     record = stage.validate_one(design, stage.Config())
@@ -130,13 +130,13 @@ def test_domain_mismatch_is_a_structure_reject(jail_available):
     assert "asked for a tool_use env" in record.error.msg
 
 
-def test_output_is_in_input_order_with_more_designs_than_workers(jail_available):
+def test_output_is_in_input_order_with_more_designs_than_workers(nsjail_ok):
     designs = seed_library.designs()[:5]
     records = list(stage.run(designs, stage.Config(workers=2), Stats()))
     assert [r.parents[0] for r in records] == [d.id for d in designs]
 
 
-def test_validation_seeds_are_fresh_recorded_and_replayable(jail_available):
+def test_validation_seeds_are_fresh_recorded_and_replayable(nsjail_ok):
     design = design_for(BROKEN / "oracle.py")
     first, second = (stage.validate_one(design, stage.Config()) for _ in range(2))
     seeds = first.meta["validation"]["seeds"]
@@ -152,7 +152,7 @@ def coin_sides(seeds: list[int]) -> set[str]:
     return {random.Random(seed).choice(("heads", "tails")) for seed in seeds}
 
 
-def test_a_two_answer_game_is_accepted_whatever_seeds_validate_it(jail_available):
+def test_a_two_answer_game_is_accepted_whatever_seeds_validate_it(nsjail_ok):
     """All five fresh seeds hide the same side one time in sixteen: the same first observation
     and solution on every seed, which alone must not reject a game whose answer is random."""
     design = design_for(VALID / "coin_call.py")
@@ -175,7 +175,7 @@ def test_a_two_answer_game_is_accepted_whatever_seeds_validate_it(jail_available
             assert dumps(again) == dumps(record)
 
 
-def test_an_env_that_ignores_its_seed_is_rejected_after_every_spare_seed(jail_available):
+def test_an_env_that_ignores_its_seed_is_rejected_after_every_spare_seed(nsjail_ok):
     from sandbox.contract import SPARE_SEEDS, VALIDATION_SEEDS
 
     record = stage.validate_one(design_for(BROKEN / "trivial_fixed_answer.py"), stage.Config())
@@ -228,7 +228,7 @@ def test_literals_are_short_action_like_deduplicated_and_capped():
     assert len(found) == MAX_LITERALS and found[:3] == ["a", "b", "w00"]
 
 
-def test_trivial_records_what_it_played_and_replays_exactly(jail_available):
+def test_trivial_records_what_it_played_and_replays_exactly(nsjail_ok):
     design = design_for(VALID / "coin_call.py")
     first, again = (stage.validate_one(design, stage.Config(seed=3)) for _ in range(2))
     assert isinstance(first, Env) and dumps(first) == dumps(again)
@@ -237,7 +237,7 @@ def test_trivial_records_what_it_played_and_replays_exactly(jail_available):
     assert all(re.fullmatch(r"\d+/\d+", count) for count in tally["wins"].values())
 
 
-def test_chance_is_the_share_of_other_seeds_solutions_that_win(jail_available):
+def test_chance_is_the_share_of_other_seeds_solutions_that_win(nsjail_ok):
     """A coin call's blind player wins the seeds that hid the side it remembers."""
     record = stage.validate_one(design_for(VALID / "coin_call.py"), stage.Config(seed=3))
     sides = [random.Random(seed).choice(("heads", "tails"))
@@ -259,7 +259,7 @@ def test_a_puzzle_whose_answer_differs_by_seed_is_at_chance_zero():
     ("hack_unknown_pays", '"I don\'t know"'), ("hack_secret_word", "\\boxed{xyzzy}"),
     ("hack_last_turn_pays", "\\boxed{0} every turn"), ("hack_short_unboxed_pays", "plain prose"),
     ("hack_fuzzy_word_grader", "one letter changed")])
-def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, jail_available):
+def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, nsjail_ok):
     path = Path(__file__).parents[1] / "adversarial" / "programs" / f"{name}.py"
     record = stage.validate_one(design_for(path), stage.Config(seed=0))
     assert isinstance(record, Validation) and record.check == "trivial", record
@@ -267,7 +267,7 @@ def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, jail_
     assert record.meta["trivial"]["wins"]
 
 
-def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(jail_available):
+def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(nsjail_ok):
     """"\\boxed{open 3}" in an ordinary literal holds a backspace: only solution() can send it."""
     path = BROKEN / "oracle_backspace.py"
     record = stage.validate_one(design_for(path), stage.Config(seed=0))
@@ -282,7 +282,7 @@ def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(jail_avai
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
 
 
-def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(jail_available):
+def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(nsjail_ok):
     cut = Design(completion=(BROKEN / "truncated.txt").read_text(),
                  meta={"finish_reason": "length"})
     record = stage.validate_one(cut, stage.Config(seed=0))

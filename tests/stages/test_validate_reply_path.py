@@ -55,7 +55,7 @@ def test_a_base_class_of_its_own_that_changes_behaviour_is_a_structure_reject(ba
     assert caught.value.check == "structure" and "remove the class" in caught.value.msg
 
 
-def test_validate_drops_a_restated_base_and_records_it(jail_available):
+def test_validate_drops_a_restated_base_and_records_it(nsjail_ok):
     design = Design(domain="tool_use", completion=f"```python\n{with_base(RESTATED)}```")
     record = stage.validate_one(design, stage.Config(seed=0))
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
