@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -132,9 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-o", "--out", default="runs/designer")
     parser.add_argument("--revalidate", metavar="DIR", help="validate a study's designs again")
+    parser.add_argument("--request-timeout", type=float, default=7200.0, metavar="SECONDS",
+                        help="how long one design may take on the server (SPADE_REQUEST_TIMEOUT;"
+                             " a CPU server makes a few tokens a second per request)")
     parser.add_argument("--design-arg", action="append", metavar="ARG",
                         help="one more `spade design` argument (repeatable)")
     args = parser.parse_args(argv)
+    os.environ["SPADE_REQUEST_TIMEOUT"] = str(args.request_timeout)  # the design subprocesses'
     if args.revalidate:
         before, after = revalidate(Path(args.revalidate), args.seed)
         stored = json.loads((Path(args.revalidate) / "study.json").read_text())

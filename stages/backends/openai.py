@@ -24,7 +24,8 @@ asked with `tool_choice` none and returns the model's own call text. A server th
 vLLM's extra fields is asked without them. A server that cannot be reached raises
 BackendUnavailable (exit 69). Stdlib only.
 A request past its conversation's deadline is cut (finish_reason `timeout`; closing the
-connection makes vLLM abort it); a server that refuses a prompt for its context length
+connection makes vLLM abort it); a reply the server has not sent within $SPADE_REQUEST_TIMEOUT
+seconds (default 600) is BackendUnavailable, the stage's exit 69, saying so; a server that refuses a prompt for its context length
 (prompt + max_tokens: the server counts the tokens) gives finish_reason `context_limit`.
 The server renders the chat template, so its special tokens are unknown here: `<|` (ChatML,
 Llama 3, Phi) and `<｜` (DeepSeek) get a zero-width space in content and tools, so env text
@@ -55,8 +56,25 @@ CONTEXT_REFUSAL = re.compile(r"context[ _](length|size|window)|maximum context",
 # and returns the model's own call text (`<tool_call>...` for Qwen) as content.
 FALLBACKS = {"no_vllm_fields": re.compile(r"return_token_ids|include_stop_str_in_output"),
              "tool_calls_as_text": re.compile(r"tool choice requires")}
+# Seconds one request waits for its whole reply (the server sends nothing before it is done).
+# 600 s holds thousands of tokens on a GPU; a CPU server with several requests at once makes
+# tens of tokens a second in all, so a 3,000-token design needs more: the variable says so.
+TIMEOUT_ENV = "SPADE_REQUEST_TIMEOUT"
+DEFAULT_TIMEOUT = 600.0
 # a kept-alive connection the server closed while idle fails like this on its next request
 STALE_CONNECTION = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+def request_timeout(option: float | str | None) -> float:
+    """The reply timeout: the backend option, else $SPADE_REQUEST_TIMEOUT, else 600 s."""
+    value = option if option is not None else os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise BackendUnavailable(f"{TIMEOUT_ENV}={value!r}: expected seconds above 0")
+    return seconds
 
 
 class BadRequest(Exception):
@@ -134,7 +152,7 @@ class OpenAIBackend:
         # them (rollout's --concurrency plays, a stage's conversations). 1024 is what vLLM
         # schedules at once on an H100-class GPU (its max_num_seqs there): never the limit.
         self.concurrency = int(spec.options.get("concurrency", 1024))
-        self.timeout = float(spec.options.get("timeout", 600))
+        self.timeout = request_timeout(spec.options.get("timeout"))
         url = urllib.parse.urlsplit(self.base_url)
         self._connection_class = (http.client.HTTPSConnection if url.scheme == "https"
                                   else http.client.HTTPConnection)
@@ -183,7 +201,7 @@ class OpenAIBackend:
             if timeout < self.timeout:  # the deadline, not the server, ran out
                 return Completion("", finish_reason="timeout")
             raise BackendUnavailable(f"{self.base_url}: no reply within {self.timeout:g} s "
-                                     "(the `timeout` option)") from None
+                                     f"(a slower server needs {TIMEOUT_ENV}=SECONDS)") from None
         return completion(reply)
 
     def _body(self, messages, tools, sampling: Sampling, fallbacks: frozenset[str]) -> dict:
