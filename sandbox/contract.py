@@ -167,8 +167,9 @@ def parse(source: str) -> ast.Module:
     try:
         with _AST_LOCK:
             return ast.parse(source)
-    except SyntaxError as exc:
-        raise ContractError("parse", f"line {exc.lineno}: {exc.msg}") from None
+    except SyntaxError as exc:  # a null byte too on Python 3.11.7 (lineno None: no "line")
+        where = f"line {exc.lineno}: " if exc.lineno is not None else ""
+        raise ContractError("parse", f"{where}{exc.msg}") from None
     except ValueError as exc:  # null bytes
         raise ContractError("parse", str(exc)) from None
     except (MemoryError, RecursionError) as exc:

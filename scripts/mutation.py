@@ -71,12 +71,48 @@ TARGETS: dict[str, Target] = {
                                   "tests/sandbox/test_replies_boundaries.py")),
     "stages/memory.py": Target(("tests/stages/test_memory.py",
                                 "tests/stages/test_memory_boundaries.py")),
-    "stages/shards.py": Target(("tests/stages/test_shards.py",
-                                "tests/stages/test_shards_boundaries.py")),
-    "sandbox/contract.py": Target(("tests/sandbox/test_contract.py",
-                                   "tests/sandbox/test_contract_boundaries.py")),
+    # and the in-process tests of bounded I/O (not its two that start the CLI in a subprocess)
+    "stages/shards.py": Target(
+        ("tests/stages/test_shards.py", "tests/stages/test_shards_boundaries.py",
+         *(f"tests/stages/test_bounded_io.py::{t}" for t in (
+             "test_a_line_over_the_cap_names_file_and_line",
+             "test_a_line_exactly_at_the_cap_is_read",
+             "test_a_bad_cap_is_a_data_error",
+             "test_a_200_mb_line_under_a_1_mb_cap_reads_in_flat_memory",
+             "test_dev_zero_is_refused_at_the_cap",
+             "test_a_gzip_bomb_is_refused_in_flat_memory",
+             "test_a_full_disk_is_exit_74_and_leaves_nothing",
+             "test_a_full_disk_while_writing_lines_is_exit_74",
+             "test_an_input_error_while_writing_is_not_an_output_error",
+             "test_a_read_only_dir_is_exit_73",
+             "test_an_unwritable_dir_is_exit_73",
+             "test_a_dangling_symlink_as_out_dir_is_exit_73_in_one_line")))),
+    # the checks that run without a jail (static ones; runtime verdicts on a stand-in worker's
+    # replies) and the jail-free tests: test_contract.py's runtime tests start two nsjail workers
+    # each (seconds), and every mutant of parse or structure would rerun them all
+    "sandbox/contract.py": Target(
+        ("tests/sandbox/test_contract_boundaries.py",
+         *(f"tests/sandbox/test_contract.py::{t}" for t in (
+             "test_any_stdlib_import_and_the_math_verify_stand_in_pass",
+             "test_denied_and_non_stdlib_imports_fail_structure_with_the_reason",
+             "test_every_denied_import_says_why",
+             "test_tool_use_env_may_define_its_own_parts",
+             "test_tool_use_env_may_not_redefine_base_internals",
+             "test_structure_tells_the_reference_format_and_a_missing_solution",
+             "test_a_reference_tool_use_env_needs_reset_and_solution_not_setup",
+             "test_designer_prompts_allow_the_stdlib_and_name_exactly_the_deny_list"))),
+        ("extract", "check_size", "parse", "import_problem", "check_imports", "defined_names",
+         "structure", "takes_max_turns", "static_checks", "_stub", "drop_restated_base",
+         "describe", "short", "step_problem", "load", "solution_actions", "wins_most",
+         "check_reset_gate", "global_random_use", "Probe.*", "Seeds.*")),
+    # the hint and reward handling; test_rollout.py's plays run in nsjail (about a second each,
+    # some wait out timeouts), so only its jail-free tests: test_rollout_hints.py plays the same
+    # code against an in-process stand-in for the worker
     "stages/rollout.py": Target(
-        ("tests/stages/test_rollout.py", "tests/stages/test_rollout_hints.py"),
+        ("tests/stages/test_rollout.py::test_game_actions_are_normalised_to_the_last_box",
+         "tests/stages/test_rollout.py::"
+         "test_a_static_pool_is_played_a_slice_per_round_every_env_once_per_pass",
+         "tests/stages/test_rollout_hints.py"),
         ("hinted_only", "play_seed", "envs_for_round", "cap", "Episode.*", "Blacklist.*")),
 }
 

@@ -1,0 +1,656 @@
+"""sandbox/contract.py at its limits, without a jail: the source size cap on both sides (in UTF-8
+bytes), which code block an answer gives, the messages of the static checks a designer reads,
+a restated ToolUseBaseEnv, and the runtime checks' verdicts on replies an in-process stand-in for
+the worker gives (resources, policy, step types, max_turns, solution() shapes, the majority
+rule of `trivial`, the reset gate)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from sandbox import contract
+from sandbox.contract import (MAX_SOURCE_BYTES, MAX_TURNS_CAP, ContractError, EnvFacts, Probe,
+                              Seeds, check_size, extract, parse, static_checks, structure)
+from sandbox.jail import Reply, SandboxUnavailable
+
+GAME = '''\
+class TinyEnv:
+    def reset(self, seed=None):
+        return "hi", {}
+
+    def step(self, action):
+        return "ok", 0.0, False, False, {}
+
+    def solution(self):
+        return ["\\\\boxed{1}"]
+'''
+
+
+def rejected(call, *args):
+    with pytest.raises(ContractError) as raised:
+        call(*args)
+    return raised.value
+
+
+def structure_of(source: str):
+    return structure(parse(textwrap.dedent(source)))
+
+
+# -- extract and the size cap --------------------------------------------------------------------
+
+def test_an_answer_without_a_python_block_is_an_extract_reject():
+    err = rejected(extract, "here is my env:\n```\nclass A: pass\n```\n")
+    assert (err.check, err.msg, err.outcome) == ("extract", "no ```python code block in the answer",
+                                                 "ok")
+    assert str(err) == "extract: no ```python code block in the answer"
+    assert rejected(extract, "```python\n  \n\n```").check == "extract"  # blank block
+
+
+@pytest.mark.parametrize("fence", ["```python", "```py", "```Python", "```PY", "```python \t"])
+def test_python_and_py_fences_in_any_case_are_read(fence):
+    assert extract(f"text\n{fence}\nx = 1\n```\nmore") == "x = 1\n"
+
+
+def test_the_longest_block_is_the_env_and_a_cut_off_block_counts():
+    answer = "```python\nshort = 1\n```\n```python\n\n\nlonger = 22\n\n```\n```python\ncut = 3"
+    assert extract(answer) == "longer = 22\n"
+    assert extract("```python\ncut = 3") == "cut = 3\n"
+
+
+def test_a_source_of_exactly_the_cap_in_utf8_bytes_passes_and_one_byte_more_fails():
+    assert MAX_SOURCE_BYTES == 256 * 1024
+    exact = "#" + "é" * ((MAX_SOURCE_BYTES - 2) // 2) + "\n"
+    assert len(exact.encode()) == MAX_SOURCE_BYTES and check_size(exact) == exact
+    over = "#" + exact
+    err = rejected(check_size, over)
+    assert err.check == "extract"
+    assert err.msg == (f"the env's source is {MAX_SOURCE_BYTES + 1} bytes, more than the "
+                       f"{MAX_SOURCE_BYTES} (256 KiB) an env may have")
+    assert rejected(extract, f"```python\n{over}```").msg == err.msg
+
+
+def test_a_source_longer_than_the_cap_in_characters_is_named_by_its_length():
+    err = rejected(check_size, "x" * (MAX_SOURCE_BYTES + 10))
+    assert err.msg.startswith(f"the env's source is {MAX_SOURCE_BYTES + 10} bytes")
+    assert check_size("\ud800") == "\ud800"  # a lone surrogate is counted, not an error
+
+
+def test_static_checks_of_a_source_skip_extract_but_not_the_cap():
+    assert static_checks(GAME, is_source=True) == GAME
+    assert static_checks(f"```python\n{GAME}```") == GAME
+    assert rejected(static_checks, GAME).check == "extract"  # an answer needs its block
+    assert rejected(static_checks, GAME + "#" * MAX_SOURCE_BYTES, True).check == "extract"
+
+
+# -- parse ---------------------------------------------------------------------------------------
+
+def test_a_syntax_error_names_its_line():
+    err = rejected(parse, "x = 1\ndef f(:\n    pass\n")
+    assert err.check == "parse" and err.msg == "line 2: invalid syntax"
+
+
+def test_a_null_byte_is_a_parse_reject_without_a_line_of_none():
+    err = rejected(parse, "x = 1\0\n")
+    assert err.check == "parse" and err.msg == "source code string cannot contain null bytes"
+
+
+def test_nesting_too_deep_for_the_parser_says_what_to_do():
+    err = rejected(parse, "x = " + "-" * 100_000 + "1\n")
+    assert err.check == "parse"
+    assert err.msg.startswith("the source nests too deeply for Python's parser (")
+    assert err.msg.endswith("); write long expressions as loops or data")
+
+
+# -- imports -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,problem", [
+    ("json", None), ("os.path", None), ("http", None), ("xml.etree.ElementTree", None),
+    ("math_verify", None), ("math_verify.parse", None), ("math_verify.verify", None),
+    ("math_verify.grader", "the jail's math_verify is a stand-in that has only parse and verify"),
+    (".", "relative imports are not allowed (an env is one module)"),
+    ("numpy", "not in the standard library: the jail has no third-party packages (an env may "
+              "import the stdlib, and parse and verify from math_verify)"),
+    ("socket", contract.NO_NETWORK), ("http.client", contract.NO_NETWORK),
+    ("xmlrpc.client", contract.NO_NETWORK), ("ctypes.util", contract.DENIED_IMPORTS["ctypes"]),
+    ("subprocess", contract.DENIED_IMPORTS["subprocess"]),
+])
+def test_which_imports_an_env_may_make_and_why_not(name, problem):
+    assert contract.import_problem(name) == problem
+
+
+@pytest.mark.parametrize("line,name", [
+    ("import json, socket", "socket"), ("from urllib import request", "urllib.request"),
+    ("from . import helpers", "."), ("from .helpers import x", "."),
+    ("import math_verify.grader", "math_verify.grader")])
+def test_a_refused_import_names_its_line_and_module(line, name):
+    err = rejected(structure_of, "import re\n\n" + line + "\n" + GAME)
+    assert err.check == "structure"
+    assert err.msg.startswith(f"line 3: import of '{name}' is not allowed: ")
+
+
+def test_imports_inside_a_method_are_checked_too():
+    source = GAME.replace('        return "hi", {}', '        import ssl\n        return "hi", {}')
+    assert rejected(structure_of, source).msg.startswith("line 3: import of 'ssl'")
+
+
+# -- the env class -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("drop,missing", [("step", "step"), ("reset", "reset")])
+def test_a_game_without_reset_or_step_is_told_what_it_lacks(drop, missing):
+    source = GAME.replace(f"def {drop}(", f"def _{drop}(")
+    err = rejected(structure_of, source)
+    assert err.msg == f"class TinyEnv lacks {missing}"
+
+
+def test_a_game_lacking_both_methods_lists_them_sorted():
+    source = "class TinyEnv:\n    x = 1\n"
+    assert rejected(structure_of, source).msg == "class TinyEnv lacks reset, step"
+
+
+def test_a_tool_use_env_needs_setup_and_solution():
+    source = "class DeskEnv(ToolUseBaseEnv):\n    max_turns = 3\n"
+    assert rejected(structure_of, source).msg == "class DeskEnv lacks setup, solution"
+
+
+def test_a_tool_use_env_redefining_a_base_internal_is_told_its_line():
+    source = ("class DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n        pass\n"
+              "    def solution(self):\n        return []\n    _answer = 3\n")
+    err = rejected(structure_of, source)
+    assert err.msg.startswith("line 6: class DeskEnv redefines ToolUseBaseEnv._answer; a "
+                              "tool-use env defines setup")
+
+
+def test_names_bound_by_assignments_count_as_defined():
+    source = ("class DeskEnv(ToolUseBaseEnv):\n    setup: object = None\n"
+              "    solution = lambda self: []\n    a, (b, c) = 1, (2, 3)\n    n = 0\n    n += 1\n")
+    assert structure_of(source).name == "DeskEnv"
+    tree = ast.parse(source)
+    assert contract.defined_names(tree.body[0]) == {"setup": 2, "solution": 3, "a": 4, "b": 4,
+                                                    "c": 4, "n": 6}
+
+
+def test_a_class_patched_at_import_time_is_a_structure_reject():
+    err = rejected(structure_of, GAME + "\nTinyEnv.step = lambda self, a: None\n")
+    assert err.check == "structure"
+    assert err.msg.endswith(": an env's classes are what their class statements define; put "
+                            "every method in the class body")
+
+
+@pytest.mark.parametrize("init,reference", [
+    ("def __init__(self, max_turns=10, **kwargs):", True),
+    ("def __init__(self, *, max_turns=10):", True),
+    ("def __init__(self, turns=10):", False),
+    ("def helper(self, max_turns=10):", False)])
+def test_a_class_is_in_the_reference_format_when_its_init_takes_max_turns(init, reference):
+    source = GAME.replace("    def reset(", f"    {init}\n        pass\n\n    def reset(")
+    assert structure_of(source).reference is reference
+
+
+def test_a_game_without_solution_is_recorded_as_such():
+    source = GAME.replace("def solution(", "def _solution(")
+    assert structure_of(source) == contract.EnvClass("TinyEnv", False, False)
+    assert structure_of(GAME) == contract.EnvClass("TinyEnv", False, True)
+
+
+# -- a restated ToolUseBaseEnv -------------------------------------------------------------------
+
+DESK = ("class DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n        pass\n"
+        "    def solution(self):\n        return ['<answer>done</answer>']\n")
+
+
+@pytest.mark.parametrize("body", [
+    "    pass\n", '    """The base."""\n', "    max_turns = 10\n",
+    "    max_turns: int = 10\n    def setup(self):\n        ...\n",
+    "    def step(self, action):\n        return None\n",
+    "    def step(self, action):\n        return\n",
+    "    def setup(self):\n        raise NotImplementedError('define it')\n",
+    "    def setup(self):\n        raise NotImplementedError\n",
+    "    async def setup(self):\n        pass\n"])
+def test_a_restated_base_that_changes_nothing_is_blanked_keeping_line_numbers(body):
+    source = "import re\nclass ToolUseBaseEnv:\n" + body + DESK
+    out, dropped = contract.drop_restated_base(source)
+    assert dropped is True
+    lines = out.splitlines()
+    assert len(lines) == len(source.splitlines())
+    assert lines[1] == "# (ToolUseBaseEnv restated here: dropped, the jail provides it)"
+    assert lines[0] == "import re" and all(not line for line in lines[2:2 + body.count("\n")])
+    assert out.endswith(DESK)
+
+
+@pytest.mark.parametrize("body,why", [
+    ("    def step(self, action):\n        return 1\n", "its step() has a body of its own (line 3)"),
+    ("    def helper(self):\n        pass\n", "its helper() is not a method of the injected one"),
+    ("    @staticmethod\n    def setup():\n        pass\n",
+     "its setup() has a body of its own (line 4)"),
+    ("    def setup(self):\n        raise ValueError('x')\n",
+     "its setup() has a body of its own (line 3)"),
+    ("    def setup(self):\n        return 0\n", "its setup() has a body of its own (line 3)"),
+    ("    def setup(self):\n        raise\n", "its setup() has a body of its own (line 3)"),
+    ("    colour = 'red'\n", "it sets an attribute the injected one does not (line 3)"),
+    ("    max_turns = len('abc')\n", "it sets an attribute the injected one does not (line 3)"),
+    ("    self.x = 1\n", "it sets an attribute the injected one does not (line 3)"),
+    ("    print('hi')\n", "its body runs code (line 3)")])
+def test_a_restated_base_with_code_of_its_own_is_rejected_saying_what(body, why):
+    source = "import re\nclass ToolUseBaseEnv:\n" + body + DESK
+    err = rejected(contract.drop_restated_base, source)
+    assert err.check == "structure"
+    assert err.msg == (f"line 2: the module defines its own ToolUseBaseEnv, and {why}; the jail "
+                       "provides the base class: remove the class and keep only your *Env "
+                       "subclass")
+
+
+@pytest.mark.parametrize("head", ["class ToolUseBaseEnv(object):", "@dataclass\nclass "
+                                  "ToolUseBaseEnv:", "class ToolUseBaseEnv(metaclass=type):"])
+def test_a_restated_base_with_bases_keywords_or_decorators_is_rejected(head):
+    err = rejected(contract.drop_restated_base, f"{head}\n    pass\n" + DESK)
+    assert "it has bases, keywords or decorators of its own" in err.msg
+
+
+def test_a_base_restated_twice_is_rejected_and_a_module_without_one_is_kept():
+    twice = "class ToolUseBaseEnv:\n    pass\nclass ToolUseBaseEnv:\n    pass\n" + DESK
+    assert rejected(contract.drop_restated_base, twice).msg == (
+        "ToolUseBaseEnv is defined 2 times; the jail provides it: remove every definition")
+    assert contract.drop_restated_base(DESK) == (DESK, False)
+    assert contract.drop_restated_base("def f(:\n") == ("def f(:\n", False)
+
+
+# -- replies and steps ---------------------------------------------------------------------------
+
+def step_reply(reward=0.0, shape=("tuple", 5)):
+    return Reply("ok", result=["obs", reward, False, False, {}], shape=list(shape))
+
+
+@pytest.mark.parametrize("reward,bound,ok", [(1.0, 1.0, True), (-1.0, 1.0, True),
+                                             (1.0001, 1.0, False), (-1.0001, 1.0, False),
+                                             (10.0, 10.0, True), (10.5, 10.0, False)])
+def test_a_step_reward_is_within_its_bound_inclusive(reward, bound, ok):
+    problem = contract.step_problem(step_reply(reward), bound)
+    if ok:
+        assert problem is None
+    else:
+        assert problem == f"reward {reward} is outside [-{bound:g}, {bound:g}]"
+
+
+def test_a_step_of_the_wrong_shape_names_what_it_returned():
+    assert contract.step_problem(step_reply(shape=("tuple", 4))) == (
+        "must return a 5-tuple (obs, reward, terminated, truncated, info), got tuple of length 4")
+    assert contract.step_problem(Reply("ok", result="x", shape=["str", None])).endswith("got str")
+    assert contract.describe(Reply("ok")) == "?"
+    assert contract.step_problem(step_reply()) is None
+
+
+def test_a_long_action_is_shortened_to_forty_characters_in_messages():
+    assert contract.short("a" * 40) == repr("a" * 40)
+    assert contract.short("a" * 41) == repr("a" * 37 + "...")
+
+
+class Worker:
+    """In-process stand-in for a jailed worker: `replies[op]` is a Reply or a list of them."""
+
+    def __init__(self, **replies):
+        self.replies, self.calls = replies, []
+
+    def call(self, op, **fields):
+        self.calls.append((op, fields))
+        reply = self.replies[op]
+        if isinstance(reply, list):
+            return reply.pop(0) if len(reply) > 1 else reply[0]
+        return reply
+
+
+def probe(**replies):
+    return Probe(Worker(**replies))
+
+
+@pytest.mark.parametrize("outcome", ["timeout", "oom", "output_limit"])
+def test_a_resource_outcome_in_any_check_is_a_resources_reject(outcome):
+    p = probe(step=Reply(outcome, error={"msg": "too slow"}))
+    p.check = "garbage"
+    err = rejected(p.call, "step")
+    assert (err.check, err.outcome) == ("resources", outcome)
+    assert err.msg == f"{outcome} during garbage (step): too slow"
+    assert rejected(probe(step=Reply(outcome)).call, "step").msg == f"{outcome} during load (step): "
+
+
+def test_a_refused_operation_is_a_policy_reject_naming_it():
+    p = probe(reset=Reply("program_error", error={"type": "RefusedOperation",
+                                                  "msg": "os.fork (a new process)"}))
+    p.check = "reset"
+    err = rejected(p.call, "reset")
+    assert (err.check, err.outcome) == ("policy", "program_error")
+    assert err.msg == "during reset (reset), the env tried os.fork (a new process)"
+
+
+def test_a_bad_reply_is_a_step_types_reject_for_a_step_and_the_checks_own_otherwise():
+    bad = Reply("program_error", error={"type": "bad_reply", "msg": "step: reward is a str"})
+    p = probe(step=bad, reset=bad)
+    p.check = "determinism"
+    assert (rejected(p.call, "step").check, rejected(p.call, "step").msg) == (
+        "step_types", "step: reward is a str")
+    assert rejected(p.call, "reset").check == "determinism"
+
+
+def test_an_env_error_is_the_running_checks_reject_naming_the_op_and_exception():
+    p = probe(reset=Reply("program_error", error={"type": "KeyError", "msg": "'x'"}))
+    p.check = "reset"
+    err = rejected(p.call, "reset")
+    assert (err.check, err.msg, err.outcome) == ("reset", "reset raised KeyError: 'x'",
+                                                 "program_error")
+    assert rejected(probe(load=Reply("import_error")).call, "load").msg == "load raised None:"
+
+
+def test_a_jail_that_fails_stops_everything():
+    with pytest.raises(SandboxUnavailable, match="^no nsjail$"):
+        probe(load=Reply("sandbox_failure", error={"msg": "no nsjail"})).call("load")
+    with pytest.raises(SandboxUnavailable, match="^sandbox failure$"):
+        probe(load=Reply("sandbox_failure")).call("load")
+
+
+def test_a_reset_must_give_a_non_empty_observation_and_an_info():
+    p = probe(reset=Reply("ok", result=["  \n", {}], shape=["tuple", 2]))
+    p.check = "reset"
+    assert rejected(p.reset, 7).msg == "reset(seed=7) returned an empty observation"
+    p = probe(reset=Reply("ok", result=["a", {}, 1], shape=["tuple", 3]))
+    assert rejected(p.reset, 7).msg == "reset(seed=7) must return (str, dict), got tuple of length 3"
+    assert probe(reset=Reply("ok", result=["a", {}], shape=["tuple", 2])).reset(1) == ["a", {}]
+
+
+def test_a_step_past_the_reward_bound_is_a_step_types_reject_naming_the_action():
+    p = Probe(Worker(step=step_reply(2.0)), reward_bound=1.0)
+    err = rejected(p.step, "\\boxed{go}")
+    assert err.check == "step_types"
+    assert err.msg == "step('\\\\boxed{go}') reward 2.0 is outside [-1, 1]"
+    assert Probe(Worker(step=step_reply(2.0)), reward_bound=10.0).step("x")[1] == 2.0
+
+
+# -- load: max_turns -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_turns,facts", [(None, MAX_TURNS_CAP), (1, 1), (25, 25), (26, 25),
+                                             (1000, 25)])
+def test_max_turns_defaults_to_and_is_capped_at_25(max_turns, facts):
+    info = {"class_name": "TinyEnv", "domain": "game"}
+    if max_turns is not None:
+        info["max_turns"] = max_turns
+    p = probe(load=Reply("ok", result=info))
+    assert contract.load(p, "src") == EnvFacts("TinyEnv", "game", facts)
+    assert p.worker.calls == [("load", {"source": "src"})] and p.check == "load"
+
+
+@pytest.mark.parametrize("max_turns", [0, -1, True, False, 2.5, "5"])
+def test_max_turns_must_be_a_positive_int(max_turns):
+    p = probe(load=Reply("ok", result={"class_name": "A", "domain": "game",
+                                       "max_turns": max_turns}))
+    err = rejected(contract.load, p, "src")
+    assert err.check == "load" and err.msg == f"max_turns must be a positive int, got {max_turns!r}"
+
+
+# -- solution() ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("result,actions", [
+    (["\\boxed{1}", "\\boxed{2}"], ["\\boxed{1}", "\\boxed{2}"]),
+    ("  42 \n", ["\\boxed{42}"]), (7, ["\\boxed{7}"]), (2.5, ["\\boxed{2.5}"]),
+    ("\\boxed{a}\n\n\\boxed{b}\n", ["\\boxed{a}", "\\boxed{b}"]),
+    ("<tool_call>{}</tool_call>\n<answer>done</answer>",
+     ["<tool_call>{}</tool_call>", "<answer>done</answer>"])])
+def test_solution_results_become_actions(result, actions):
+    assert contract.solution_actions(probe(solution=Reply("ok", result=result)), 3) == actions
+
+
+@pytest.mark.parametrize("result,shape", [([], ["list", 0]), (["a", 1], ["list", 2]),
+                                          (True, ["bool", None]),
+                                          ({"a": 1}, ["dict", 1]), (None, ["NoneType", None])])
+def test_a_solution_that_is_no_list_of_actions_fails_the_oracle(result, shape):
+    p = probe(solution=Reply("ok", result=result, shape=shape))
+    err = rejected(contract.solution_actions, p, 4)
+    kind, size = shape
+    got = f"{kind} of length {size}" if size is not None else kind
+    assert (err.check, err.msg) == ("oracle", "solution() for seed 4 must return a non-empty "
+                                              f"list of action strings, got {got}")
+
+
+def test_seeds_are_drawn_in_order_until_none_is_left():
+    seeds = Seeds([1, 2], [3, 4])
+    assert (seeds.draw(), seeds.draw(), seeds.draw()) == (3, 4, None)
+    assert seeds.used == [1, 2, 3, 4] and seeds.spare == []
+    assert Seeds([5]).spare == [] and Seeds([5]).draw() is None
+
+
+# -- the majority rule of `trivial` --------------------------------------------------------------
+
+def counted(results):
+    played = []
+
+    def episode(i):
+        def run():
+            played.append(i)
+            return results[i]
+        return run
+
+    return [episode(i) for i in range(len(results))], played
+
+
+@pytest.mark.parametrize("results,tally,plays", [
+    ([True, True, False, False], None, 4),  # half is not most
+    ([True, True, True, False], "3 of 3", 3),  # decided after three wins of four
+    ([False, False, True, True], None, 2),  # two losses of four: most cannot win any more
+    ([True, False, True], "2 of 3", 3), ([True, True, False], "2 of 2", 2),
+    ([True], "1 of 1", 1), ([False], None, 1), ([], None, 0)])
+def test_trivial_fails_an_env_only_when_most_episodes_are_won(results, tally, plays):
+    episodes, played = counted(results)
+    assert contract.wins_most(episodes) == tally
+    assert len(played) == plays
+
+
+# -- the reset gate ------------------------------------------------------------------------------
+
+def gate(*status):
+    return probe(reset=Reply("ok", result=["obs", {}], shape=["tuple", 2]),
+                 criteria=[Reply("ok", result=s) for s in status])
+
+
+def test_the_reset_gate_passes_when_no_criterion_holds_on_any_seed():
+    p = gate([False, False], [False])
+    contract.check_reset_gate(p, [1, 2])
+    assert [op for op, _ in p.worker.calls] == ["reset", "criteria", "reset", "criteria"]
+    assert p.check == "reset_gate"
+
+
+def test_a_criterion_that_holds_at_reset_fails_the_gate_naming_it_and_the_seed():
+    err = rejected(contract.check_reset_gate, gate([False], [False, True]), [5, 6])
+    assert (err.check, err.msg) == ("reset_gate", "criterion 2 already holds at reset (seed 6)")
+    err = rejected(contract.check_reset_gate, gate(True), [5])
+    assert err.msg == "criterion 1 already holds at reset (seed 5)"
+
+
+def test_a_criterion_that_raises_at_reset_fails_the_gate_with_its_error():
+    err = rejected(contract.check_reset_gate, gate([False, "ValueError: x"]), [9])
+    assert err.msg == "criterion 2 raises at reset (seed 9): ValueError: x"
+    assert rejected(contract.check_reset_gate, gate([1]), [9]).msg.startswith(
+        "criterion 1 raises at reset (seed 9)")  # 1 is not True: not a verdict
+
+
+# -- global random -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body,found", [
+    ("import random\n", None),
+    ("import random\n", "reset:random.randint"),
+    ("import random as r\n", "reset:r.choice"),
+    ("from random import randint\n", "reset:randint"),
+    ("import random\n", "seeded"),
+])
+def test_a_reset_drawing_from_the_global_random_module_is_named(body, found):
+    calls = {None: "x = 1", "reset:random.randint": "x = random.randint(1, 6)",
+             "reset:r.choice": "x = r.choice('ab')", "reset:randint": "x = randint(1, 6)",
+             "seeded": "random.seed(seed); x = random.randint(1, 6)"}[found]
+    source = body + GAME.replace('        return "hi", {}', f"        {calls}\n        return "
+                                 '"hi", {}')
+    why = contract.global_random_use(ast.parse(source))
+    if found in (None, "seeded"):
+        assert why is None
+    else:
+        method, call = found.split(":")
+        assert why == (f"{method}() draws from the global random module (line 4: {call}), not "
+                       "self.rng or random.Random(seed): the same seed gives each worker another "
+                       "episode, so solution(), computed in another worker, does not fit it; draw "
+                       "from self.rng")
+
+
+def test_global_random_in_a_helper_that_reset_calls_is_found():
+    source = ("import random\nclass TinyEnv:\n    def reset(self, seed=None):\n"
+              "        self._deal()\n        return 'hi', {}\n    def _deal(self):\n"
+              "        self.x = random.random()\n    def step(self, action):\n"
+              "        return 'ok', 0.0, False, False, {}\n")
+    assert contract.global_random_use(ast.parse(source)).startswith(
+        "_deal() draws from the global random module (line 7: random.random)")
+    own = source.replace("random.random()", "random.Random(1).random()")
+    assert contract.global_random_use(ast.parse(own)) is None
+
+
+# -- more of the messages and verdicts above ------------------------------------------------------
+
+def test_extract_keeps_the_blocks_own_spaces_and_letters_at_its_edges():
+    assert extract("```python\n  \nX = 1  \n```") == "  \nX = 1  \n"
+    assert extract("```python\nX = 1\nY = X\n```") == "X = 1\nY = X\n"
+
+
+def test_a_multibyte_source_at_the_cap_in_characters_is_over_it_in_bytes():
+    err = rejected(check_size, "é" * MAX_SOURCE_BYTES)
+    assert err.msg.startswith(f"the env's source is {2 * MAX_SOURCE_BYTES} bytes")
+    err = rejected(check_size, "é" * (MAX_SOURCE_BYTES + 1))
+    assert err.msg.startswith(f"the env's source is {MAX_SOURCE_BYTES + 1} bytes")
+
+
+def test_nesting_too_deep_names_the_error_exactly():
+    err = rejected(parse, "x = " + "-" * 100_000 + "1\n")
+    assert err.msg == ("the source nests too deeply for Python's parser (MemoryError); write "
+                       "long expressions as loops or data")
+
+
+@pytest.mark.parametrize("source", ["x = 1\n", GAME + GAME.replace("TinyEnv", "OtherEnv")])
+def test_a_module_without_exactly_one_env_class_is_a_structure_reject(source):
+    from sandbox import env_class
+    with pytest.raises(env_class.EnvClassError) as expected:
+        env_class.env_class(ast.parse(source))
+    err = rejected(structure_of, source)
+    assert (err.check, err.msg) == ("structure", str(expected.value))
+
+
+def test_a_game_with_an_ordinary_base_class_is_a_game():
+    assert structure_of(GAME.replace("class TinyEnv:", "class TinyEnv(object):")).name == "TinyEnv"
+    import_base = "import abc\n" + GAME.replace("class TinyEnv:", "class TinyEnv(abc.ABC):")
+    assert structure_of(import_base).name == "TinyEnv"
+    assert rejected(structure_of, "class TinyEnv:\n    x = 1\n").check == "structure"
+
+
+def test_a_tool_use_env_redefining_a_base_method_is_told_its_line_and_what_to_define():
+    source = ("class DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n        pass\n"
+              "    def solution(self):\n        return []\n\n    def _reply(self):\n"
+              "        return 1\n")
+    err = rejected(structure_of, source)
+    assert err.msg == ("line 7: class DeskEnv redefines ToolUseBaseEnv._reply; a tool-use env "
+                       "defines setup, solution, max_turns, tool_<name> methods and its own "
+                       "helpers, never the base class's internals")
+
+
+@pytest.mark.parametrize("body", [
+    '    def step(self, action):\n        """doc"""\n        return 1\n',
+    "    def step(self, action):\n        pass\n        return 1\n",
+    "    def step(self, action):\n        return None\n        x = 1\n",
+    "    def step(self, action):\n        raise NotImplementedError\n        x = 1\n"])
+def test_a_restated_method_that_does_something_after_a_stub_line_is_rejected(body):
+    err = rejected(contract.drop_restated_base, "class ToolUseBaseEnv:\n" + body + DESK)
+    assert "its step() has a body of its own (line 2)" in err.msg
+
+
+@pytest.mark.parametrize("first", ['    """The base."""\n', "    pass\n",
+                                   "    def setup(self):\n        pass\n", "    max_turns = 5\n"])
+def test_every_item_of_a_restated_base_is_checked_after_harmless_ones(first):
+    source = "class ToolUseBaseEnv:\n" + first + "    print('hi')\n" + DESK
+    assert "its body runs code" in rejected(contract.drop_restated_base, source).msg
+
+
+def test_a_restated_base_may_set_any_attribute_of_the_base_to_a_constant():
+    out, dropped = contract.drop_restated_base("class ToolUseBaseEnv:\n    setup = None\n" + DESK)
+    assert dropped is True
+
+
+def test_the_restated_base_rejects_are_structure_rejects_with_their_reason():
+    twice = "class ToolUseBaseEnv:\n    pass\nclass ToolUseBaseEnv:\n    pass\n" + DESK
+    assert rejected(contract.drop_restated_base, twice).check == "structure"
+    err = rejected(contract.drop_restated_base, "class ToolUseBaseEnv(object):\n    pass\n" + DESK)
+    assert err.msg == ("line 1: the module defines its own ToolUseBaseEnv, and it has bases, "
+                       "keywords or decorators of its own; the jail provides the base class: "
+                       "remove the class and keep only your *Env subclass")
+
+
+def test_probe_sends_the_seed_and_the_action_and_names_its_check():
+    p = probe(reset=Reply("ok", result=["a", {}], shape=["tuple", 2]), step=step_reply())
+    p.reset(7)
+    p.step("\\boxed{x}")
+    assert p.worker.calls == [("reset", {"seed": 7}), ("step", {"action": "\\boxed{x}"})]
+    p = probe(reset=Reply("ok", result=[" ", {}], shape=["tuple", 2]))
+    p.check = "determinism"
+    assert rejected(p.reset, 1).check == "determinism"
+    p = probe(reset=Reply("ok", result=["a"], shape=["tuple", 1]))
+    p.check = "garbage"
+    assert rejected(p.reset, 1).check == "garbage"
+
+
+def test_a_refusal_without_a_message_and_a_bad_reply_keep_their_outcome():
+    err = rejected(probe(step=Reply("program_error", error={"type": "RefusedOperation"})).call,
+                   "step")
+    assert err.msg == "during load (step), the env tried "
+    bad = Reply("program_error", error={"type": "bad_reply", "msg": "m"})
+    assert rejected(probe(step=bad).call, "step").outcome == "program_error"
+
+
+def test_the_reset_gate_resets_each_seed_and_its_rejects_are_reset_gate_rejects():
+    p = gate([False], [False])
+    contract.check_reset_gate(p, [3, 4])
+    assert [f for op, f in p.worker.calls if op == "reset"] == [{"seed": 3}, {"seed": 4}]
+    assert rejected(contract.check_reset_gate, gate(["boom"]), [1]).check == "reset_gate"
+
+
+def random_use(source):
+    return contract.global_random_use(ast.parse(textwrap.dedent(source)))
+
+
+STEP = "    def step(self, action):\n        return 'ok', 0.0, False, False, {}\n"
+
+
+def test_global_random_is_found_whatever_else_is_imported():
+    assert random_use("import random\nimport os\nclass TinyEnv:\n    def reset(self, seed=None):"
+                      "\n        return random.random(), {}\n" + STEP).startswith("reset()")
+    assert random_use("from random import randint\nfrom random import Random\nclass TinyEnv:\n"
+                      "    def reset(self, seed=None):\n        return randint(1, 2), {}\n"
+                      + STEP).startswith("reset()")
+
+
+def test_an_own_random_generator_imported_by_name_is_fine():
+    assert random_use("from random import Random, SystemRandom\nclass TinyEnv:\n"
+                      "    def reset(self, seed=None):\n        self.rng = Random(seed)\n"
+                      "        SystemRandom()\n        return 'a', {}\n" + STEP) is None
+
+
+def test_a_tool_use_setup_drawing_from_global_random_is_found():
+    source = ("import random\nclass DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n"
+              "        self.x = random.random()\n    def solution(self):\n        return []\n")
+    assert random_use(source).startswith("setup() draws from the global random module (line 4")
+
+
+def test_helpers_called_twice_or_recursively_are_scanned_once_and_the_rest_still_are():
+    source = ("import random\nclass TinyEnv:\n    def reset(self, seed=None):\n"
+              "        self._a(); self._a(); self._b()\n        return 'a', {}\n"
+              "    def _a(self):\n        return self._a()\n"
+              "    def _b(self):\n        return random.random()\n" + STEP)
+    assert random_use(source).startswith("_b() draws from the global random module (line 9")
+
+
+def test_a_module_function_named_like_a_method_is_still_the_modules():
+    source = ("import random\nclass TinyEnv:\n    def reset(self, seed=None):\n"
+              "        return random.choice('ab'), {}\n    def choice(self):\n        return 1\n"
+              + STEP)
+    assert random_use(source).startswith("reset() draws from the global random module (line 4")
