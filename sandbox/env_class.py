@@ -61,6 +61,11 @@ def env_class(tree):
     found = [node for node in tree.body if isinstance(node, ast.ClassDef)
              and node.name.endswith("Env") and node.name != BASE_NAME]
     if not found:
+        if any(isinstance(node, ast.ClassDef) and node.name == BASE_NAME for node in tree.body):
+            # small models name their env after the base class the prompt shows
+            raise EnvClassError(f"no top-level class whose name ends in 'Env' but {BASE_NAME}, "
+                                "the base class the jail injects: name the env "
+                                f"`class <Name>Env({BASE_NAME})` and do not define {BASE_NAME}")
         raise EnvClassError("no top-level class whose name ends in 'Env'")
     if len(found) > 1:
         where = ", ".join(f"{node.name} (line {node.lineno})" for node in found)

@@ -58,6 +58,14 @@ def test_no_env_class_is_a_reject():
     assert reject("class Keypad:\n    pass\n") == "no top-level class whose name ends in 'Env'"
 
 
+def test_an_env_named_after_the_injected_base_is_told_how_to_name_it():
+    """What 4 of 12 tool-use designs of a 1.5B coder did: the env itself called ToolUseBaseEnv."""
+    message = reject("class ToolUseBaseEnv:\n    def setup(self):\n        self.tools = {}\n")
+    assert message == ("no top-level class whose name ends in 'Env' but ToolUseBaseEnv, the base "
+                       "class the jail injects: name the env `class <Name>Env(ToolUseBaseEnv)` "
+                       "and do not define ToolUseBaseEnv")
+
+
 # -- static: import-time changes to a class ----------------------------------------------------
 
 @pytest.mark.parametrize("line, expected", [
