@@ -533,8 +533,11 @@ def run_locked(recipe, from_round: int, run_dir: Path) -> None:
     from stages.backends import BackendUnavailable
     from stages.isolation import one_line
 
+    from stages.shards import remove_temp_files
+
     resolved = recipes.resolved(recipe)
     digest = recipes.digest(resolved)
+    remove_temp_files(run_dir)  # a killed run's half-written files: the lock says none is live
     recipes.write_json(run_dir / "recipe.json", resolved)
     summary.open_run_log(run_dir / "run.log")
     group = commands.group()

@@ -20,7 +20,7 @@ Guarantees:
   rest (a read-only or unwritable dir, `-o` at a dangling symlink or at a file where a
   directory belongs); the temp file is removed, so nothing partial is left;
 - a final file exists only when complete (temp file in the same dir, fsync, rename), with the
-  mode the umask gives any new file;
+  mode the umask gives any new file; `remove_temp_files` clears what a killed writer left;
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
   config digest, and redoes the rest; the manifest is rewritten after each finished shard;
 - each finished shard's manifest entry carries the provenance of the run that wrote it
@@ -35,6 +35,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import secrets
 import sys
 import time
@@ -306,6 +307,22 @@ def write_atomic(path: str | Path, lines: Iterable[bytes]) -> int:
         Path(tmp).unlink(missing_ok=True)
         raise
     return count
+
+
+TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{16}\.tmp$")  # what write_atomic writes beside a file
+
+
+def remove_temp_files(root: str | Path) -> int:
+    """Delete the temp files write_atomic left under `root` when its process was killed between
+    writing one and renaming it (a finished rerun never writes that name again); returns how
+    many. Only for a tree no other writer is using (`spade run` holds the run lock)."""
+    removed = 0
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            if TEMP_FILE.match(name):
+                Path(folder, name).unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 class _Upstream(Exception):

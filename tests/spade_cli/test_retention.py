@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from spade_cli.app import app
 from stages.records import Env
 from stages.shards import read
-from tests.spade_cli.test_run import fake_model, make_workspace
+from tests.spade_cli.test_run import Stages, fake_model, make_workspace
 
 runner = CliRunner()
 EVAL = '\n[[stage]]\ncommand = "eval"\nevery = 2\nsuite = "rg-quick"\nretention = 3\n'
@@ -59,16 +59,6 @@ def test_a_bad_retention_key_exits_65_naming_it(tmp_path, table, message):
     result = runner.invoke(app, ["run", str(path), "--dry-run"])
     assert result.exit_code == 65 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and message in result.stderr
-
-
-class Stages:
-    """Stands in for the spade command group: records each stage's argv, runs none."""
-
-    def __init__(self):
-        self.argvs: list[list[str]] = []
-
-    def main(self, args, prog_name, standalone_mode):
-        self.argvs.append(list(args))
 
 
 def retention_evals(argvs: list[list[str]]) -> list[list[str]]:

@@ -191,6 +191,42 @@ def test_killed_run_resumes_to_the_same_records(tmp_path, nsjail_ok):
     assert not list((killed / "runs" / "tiny").rglob("*.tmp"))
 
 
+class Stages:
+    """Stands in for the spade command group: records each stage's argv, runs none. Make it
+    before patching `commands.group`: it keeps the real group's commands (their options)."""
+
+    def __init__(self):
+        from spade_cli import commands
+
+        self.argvs: list[list[str]] = []
+        self.commands = commands.group().commands
+
+    def main(self, args, prog_name, standalone_mode):
+        self.argvs.append(list(args))
+
+
+def test_a_rerun_removes_the_temp_files_a_killed_run_left(tmp_path, monkeypatch):
+    from spade_cli import commands
+
+    monkeypatch.chdir(tmp_path)
+    fake_model(tmp_path / "model")
+    (tmp_path / "pool.jsonl").write_text("")
+    (tmp_path / "w.toml").write_text(
+        'schema = "spade.recipe/v1"\nname = "w"\nrun_dir = "runs/w"\nrounds = 1\n'
+        'start_pool = "pool.jsonl"\nmemory = false\n[model]\ninit = "model"\n'
+        '[[stage]]\ncommand = "rollout"\nhint = false\n')
+    hint = tmp_path / "runs" / "w" / "r00" / "hint"
+    hint.mkdir(parents=True)
+    left = hint / "._manifest.json.92eaeb7bf34844fe.tmp"  # killed between write and rename
+    left.write_text("{")
+    (hint / "_manifest.json").write_text("{}")
+    stages = Stages()
+    monkeypatch.setattr(commands, "group", lambda: stages)
+    result = runner.invoke(app, ["run", "w.toml"])
+    assert result.exit_code == 0, result.stderr
+    assert not left.exists() and (hint / "_manifest.json").read_text() == "{}"
+
+
 def train_inputs(stdout: str) -> dict[int, list[str]]:
     """round -> the shard dirs each train-grpo command of a dry run reads."""
     found = {}

@@ -290,3 +290,19 @@ def test_a_rerun_remembers_what_the_shards_it_skips_held(tmp_path):
     run_stage("keep", find_shards([str(inputs)]), str(out), kept, {}, stats, kinds={"design"})
     assert stats.skipped_shards == 1 and stats.duplicates == 1
     assert [r.id for r in read([str(out / "design-00001.jsonl")])] == [two.id]
+
+
+def test_remove_temp_files_clears_what_a_killed_writer_left_and_nothing_else(tmp_path):
+    from stages.shards import remove_temp_files
+
+    shard_dir = tmp_path / "r00" / "hint"
+    shard_dir.mkdir(parents=True)
+    left = [shard_dir / "._manifest.json.0123456789abcdef.tmp",
+            tmp_path / ".recipe.json.fedcba9876543210.tmp"]
+    kept = [shard_dir / "env-00000.jsonl", shard_dir / "_manifest.json",
+            shard_dir / ".notes.tmp", tmp_path / "step-000002.tmp"]
+    for path in left + kept:
+        path.write_text("x")
+    assert remove_temp_files(tmp_path) == 2
+    assert [p.exists() for p in left] == [False, False]
+    assert all(p.exists() for p in kept)
