@@ -62,7 +62,9 @@ def design(
 
     Skills rotate by env set (round // k); each slot gets one corpus document (none with
     --no-corpus) and memory examples. With --retry, only the slots whose previous attempt
-    `spade validate` rejected are designed again.
+    `spade validate` rejected are designed again. Into a directory, each design is saved the
+    moment it is answered: a rerun after a stop (Ctrl-C, a kill, a server that died) asks only
+    for the designs still missing.
 
     Examples:
 
@@ -123,13 +125,19 @@ def design(
         progress = Progress("design", "designs", len(slots))
         model_backend = StageBackend(spec, progress)
 
-        def produce():
+        def produce(journal):
             if not slots:
                 return
-            for record in stage.run(model_backend.get(), documents, memories, cfg, slots):
+            made = [record for record in journal.made if record.kind == "design"]
+            resumed.append(len(made))
+            for record in stage.run(model_backend.get(), documents, memories, cfg, slots,
+                                    made, journal.keep):
                 progress.advance()
                 yield record
 
+        resumed: list[int] = []
         with progress, model_backend:
             emit("design", out, produce, config, stats, overwrite, f".{compress}")
-        summarize("design", stats, f"{stats.written['design']} designs for {len(slots)} slots")
+        kept = f" ({resumed[0]} made before a stop, kept)" if resumed and resumed[0] else ""
+        summarize("design", stats,
+                  f"{stats.written['design']} designs for {len(slots)} slots{kept}")

@@ -154,7 +154,7 @@ def eval_command(
         records = []
         model_backend = StageBackend(spec)
 
-        def produce():
+        def produce(_journal):
             envs = None
             if suite == "envs":
                 envs = list(unique(read(inputs or ["-"], kinds={"env"}), stats))

@@ -32,7 +32,7 @@ def seed(
         stats = Stats()
         envs = list(unique(read(inputs or [str(seed_library.ENV_SHARD)], kinds={"env"}), stats))
         stats.read = len(envs)
-        emit("memory", out, lambda: iter(store.seed(envs)), {"inputs": inputs}, stats,
+        emit("memory", out, lambda _journal: iter(store.seed(envs)), {"inputs": inputs}, stats,
              overwrite=True)
         summarize("memory seed", stats, f"{stats.written['memory']} entries")
 

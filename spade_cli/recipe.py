@@ -69,7 +69,7 @@ MODEL_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "hidden": (lambda v: _positive_int(v), "an integer of at least 1"),
     "layers": (lambda v: _positive_int(v), "an integer of at least 1"),
 }
-BUILTIN_MODELS = ("tiny", "smollm2")  # `[model] init` values `spade model` builds
+BUILTIN_MODELS = ("tiny", "smollm2", "coder")  # `[model] init` values `spade model` builds
 RUNNER_KEYS = {"command", "every", "attempts", "args", "retention"}
 RETENTION = "retention"  # the eval stage's runner key
 COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo",
@@ -771,8 +771,8 @@ def model_init_commands(recipe: Recipe) -> tuple[str, list[list[str]]]:
         extra = [a for k in ("seed", "hidden", "layers") if k in recipe.model
                  for a in (f"--{k}", str(recipe.model[k]))]
         return path, [["model", "tiny", path, *extra]]
-    if init == "smollm2":
-        return path, [["model", "smollm2", path]]
+    if init in BUILTIN_MODELS:
+        return path, [["model", init, path]]
     return init, []
 
 

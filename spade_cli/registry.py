@@ -10,6 +10,7 @@ line on stderr and exit 2; a registry that does not exist (lineage, export) is e
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Annotated, Any
 
 import typer
@@ -55,11 +56,8 @@ def index(
 
     with errors_to_exit("registry index"):
         path = db or default_db()
-        con = connect(path)
-        try:
+        with closing(connect(path)) as con:
             report = index_runs(con, run_dirs)
-        finally:
-            con.close()
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(report.records.items()))
         log_line(f"registry index: {report.indexed} shards indexed ({kinds or 'no records'}), "
                  f"{report.unchanged} unchanged, {report.pending} not complete yet -> {path}",
@@ -92,13 +90,11 @@ def lineage(
     from stages.registry.lineage import UnknownId, lineage as trace
 
     with errors_to_exit("lineage"):
-        con = connect(db or default_db(), create=False)
-        try:
-            found = trace(con, some_id)
-        except UnknownId as exc:
-            raise UsageError(str(exc)) from None
-        finally:
-            con.close()
+        with closing(connect(db or default_db(), create=False)) as con:
+            try:
+                found = trace(con, some_id)
+            except UnknownId as exc:
+                raise UsageError(str(exc)) from None
         if as_json:
             print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
         else:
@@ -130,11 +126,8 @@ def runs(
     from stages.registry.runs import run_provenance
 
     with errors_to_exit("registry runs"):
-        con = connect(db or default_db(), create=False)
-        try:
+        with closing(connect(db or default_db(), create=False)) as con:
             found = run_provenance(con)
-        finally:
-            con.close()
         if as_json:
             print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
         elif found:
@@ -188,15 +181,12 @@ def export(
                               parse_rounds(rounds) if rounds is not None else None, sample, seed)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        con = connect(db or default_db(), create=False)
-        stats = Stats()
-        try:
+        with closing(connect(db or default_db(), create=False)) as con:
             envs = list(export_envs(con, filters))
-        finally:
-            con.close()
+        stats = Stats()
         config = {"db": db, "min_regret": min_regret, "skill": skill, "domain": domain,
                   "limit": limit, "rounds": filters.rounds, "sample": sample, "seed": seed}
-        emit("registry-export", out, lambda: iter(envs), config, stats, overwrite=True)
+        emit("registry-export", out, lambda _journal: iter(envs), config, stats, overwrite=True)
         summarize("registry export", stats, f"{stats.written['env']} envs")
 
 

@@ -89,14 +89,15 @@ def recipe_plan(recipe, box) -> tuple[list, object]:
 
     path, _ = recipes.model_init_commands(recipe)
     init = recipe.model.get("init", "tiny")
+    built = {"smollm2": plan.SMOLLM2, "coder": plan.CODER}  # what `spade model` will build
     try:
-        if (Path(path) / "config.json").is_file() or init not in ("tiny", "smollm2"):
+        if (Path(path) / "config.json").is_file() or init not in recipes.BUILTIN_MODELS:
             shape = plan.model_shape(path)
         elif init == "tiny":
             shape = plan.tiny_shape(int(recipe.model.get("hidden", 64)),
                                     int(recipe.model.get("layers", 2)))
         else:
-            shape = plan.SMOLLM2
+            shape = built[init]
     except plan.PlanError as exc:
         raise RecordError(str(exc), recipe.path) from None
     stages = []
@@ -284,11 +285,14 @@ def print_serve(recipe, sleep: bool) -> None:
     log = f"{shlex.quote(recipe.run_dir)}/serve.log"
     # exec: $SERVE_PID is then `spade serve` itself, which stops the server when killed
     print(f"coproc SERVE {{ exec {shell_words(argv)} 2>> {log}; }}")
-    print("# train-grpo's ranks, kept up across rounds: each train-grpo below trains on them")
-    print(f"{recipes.shell_line(trainer_command(recipe))} 2>> "
-          f"{shlex.quote(recipe.run_dir)}/trainer.log &")
-    print("TRAINER_PID=$!")
-    print('trap "kill $SERVE_PID $TRAINER_PID 2> /dev/null || true" EXIT')
+    if recipe.stage("train-grpo"):  # as the runner, which starts them before the first one
+        print("# train-grpo's ranks, kept up across rounds: each train-grpo below trains on them")
+        print(f"{recipes.shell_line(trainer_command(recipe))} 2>> "
+              f"{shlex.quote(recipe.run_dir)}/trainer.log &")
+        print("TRAINER_PID=$!")
+        print('trap "kill $SERVE_PID $TRAINER_PID 2> /dev/null || true" EXIT')
+    else:
+        print('trap "kill $SERVE_PID 2> /dev/null || true" EXIT')
     print('read -r BASE_URL <&"${SERVE[0]}"')
     print('SERVER="${BASE_URL%/v1}"')
 

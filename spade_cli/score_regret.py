@@ -92,7 +92,7 @@ def score_regret(
             stats.reasons["internal_error"] = diagnostics.internal
         config = {"round": round, "window": window, "rewards": rewards.__dict__,
                   "inputs": [s.digest() for s in shards]}
-        emit("score-regret", out, lambda: iter(regrets), config, stats, overwrite,
+        emit("score-regret", out, lambda _journal: iter(regrets), config, stats, overwrite,
              f".{compress}")
         if memory or memory_out:  # --memory-out alone starts from an empty memory
             envs = {r.id: r for r in records if isinstance(r, Env)}

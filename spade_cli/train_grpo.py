@@ -180,7 +180,7 @@ def train_grpo(
             pruned = stage.prune_checkpoints(ckpt_dir, keep_last, protect=protect)
             stats.extra["pruned"] = [p.name for p in pruned]
         config = {"model": model, "ckpt": str(checkpoint), "inputs": [s.digest() for s in shards]}
-        emit("train-grpo", out, lambda: iter(trained), config, stats, overwrite, f".{compress}")
+        emit("train-grpo", out, lambda _journal: iter(trained), config, stats, overwrite, f".{compress}")
         where = f"-> {checkpoint}" if checkpoint else "(no samples: no checkpoint)"
         parts = [f"{info['samples']} samples {info['roles']}, {len(trained)} steps {where}"]
         if info.get("parameters"):

@@ -11,18 +11,20 @@ config names, for the set that starts at `round`, the set index being round // k
 sets cover every skill; slot i takes active skill i mod their count); one corpus document
 per attempt, without replacement, and without a corpus a prompt that never mentions one;
 everything is seeded from (seed, round, attempt), so a rerun with the same model reproduces the
-prompts exactly.
+prompts exactly; each slot's sampling seed is its own, so a rerun that asks only for the slots a
+stopped run had not answered (`made`) samples them as the whole batch would have.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Iterator, Sequence
 
 from stages import memory as memory_store
 from stages import prompts
-from stages.backends import Backend, Sampling
+from stages.backends import Backend, Completion, Sampling, streams
 from stages.corpus import Document, Sampler
 from stages.records import Design, Memory, Validation, derive_seed
 from stages.skills import SKILLS
@@ -135,9 +137,14 @@ def _paragraph(text: str) -> str:
 
 
 def run(backend: Backend, documents: list[Document] | None, memory: list[Memory], cfg: Config,
-        slots: list[Slot]) -> Iterator[Design]:
-    """Prompt the designer once per slot (one batched call) and yield design records.
+        slots: list[Slot], made: Iterable[Design] = (),
+        keep: Callable[[Design], None] = lambda _design: None) -> Iterator[Design]:
+    """Prompt the designer once per slot and yield the design records in slot order.
 
+    Every prompt goes out at once (a streaming backend answers each as soon as it is done).
+    `made`: designs a stopped run made for these slots, same prompt and attempt: they are yielded
+    as they are, not asked for again. `keep` gets each new design the moment it is answered,
+    before earlier slots are done, so a stop loses only what is still being generated.
     `documents` None: no corpus (the reference's no-corpus ablation), prompts without one."""
     if not slots:
         return
@@ -145,22 +152,85 @@ def run(backend: Backend, documents: list[Document] | None, memory: list[Memory]
     sampler = None if documents is None else Sampler(
         documents, seed=derive_seed(cfg.seed, cfg.round, attempt_key))
     rng = random.Random(derive_seed(cfg.seed, cfg.round, attempt_key, 1))
-    built = []
+    requests = []
     for slot in slots:
         doc = sampler.next() if sampler is not None else None
-        text, memory_ids, meta = prompt_for(slot, doc, memory, cfg, rng)
-        built.append((slot, doc, text, memory_ids, meta))
-    conversations = [[{"role": "user", "content": text}] for _, _, text, _, _ in built]
+        requests.append(Request(slot, doc, *prompt_for(slot, doc, memory, cfg, rng)))
     sampling = Sampling(**{**cfg.sampling.__dict__,
                            "seed": derive_seed(cfg.seed, cfg.round, attempt_key, 2)})
-    completions = backend.chat(conversations, sampling)
-    for (slot, doc, text, memory_ids, meta), done in zip(built, completions):
-        yield Design(domain=cfg.domain, skill=slot.skill, difficulty=cfg.difficulty,
-                     round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=text,
-                     completion=done.text, prompt_ids=done.prompt_ids,
-                     completion_ids=done.completion_ids, logprobs=done.logprobs,
-                     corpus_doc=doc.id if doc else None, memory_ids=memory_ids,
-                     policy=backend.policy,
-                     parents=memory_ids, meta={**meta, "finish_reason": done.finish_reason,
-                           "temperature": cfg.sampling.temperature})
+    earlier = {(d.slot, d.attempt, d.prompt): d for d in made}
+    ready = {i: earlier[r.key] for i, r in enumerate(requests) if r.key in earlier}
+    todo = [i for i in range(len(requests)) if i not in ready]
+    pending = dict(zip(_ask(backend, [requests[i].conversation for i in todo],
+                            [sampling.one(i) for i in todo]), todo))
 
+    def collect(done: Iterable[Future[Completion]]) -> None:
+        for future in done:
+            answered = pending.pop(future)
+            ready[answered] = requests[answered].design(future.result(), backend, cfg)
+            keep(ready[answered])
+
+    try:
+        for index in range(len(requests)):
+            while index not in ready:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                try:
+                    collect(done)
+                except Exception:
+                    # one request failed: keep every other answer still coming, then fail
+                    for future in list(pending):
+                        if future.exception() is None:
+                            collect([future])
+                    raise
+            yield ready.pop(index)
+    finally:
+        for future in pending:  # after a stop, don't send what has not started
+            future.cancel()
+
+
+@dataclass(frozen=True)
+class Request:
+    """One slot's prompt, and what its design record says of where the prompt came from."""
+
+    slot: Slot
+    doc: Document | None
+    text: str
+    memory_ids: list[str]
+    meta: dict
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        return self.slot.slot, self.slot.attempt, self.text
+
+    @property
+    def conversation(self) -> list[dict]:
+        return [{"role": "user", "content": self.text}]
+
+    def design(self, done: Completion, backend: Backend, cfg: Config) -> Design:
+        slot = self.slot
+        return Design(domain=cfg.domain, skill=slot.skill, difficulty=cfg.difficulty,
+                      round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=self.text,
+                      completion=done.text, prompt_ids=done.prompt_ids,
+                      completion_ids=done.completion_ids, logprobs=done.logprobs,
+                      corpus_doc=self.doc.id if self.doc else None,
+                      memory_ids=self.memory_ids, policy=backend.policy,
+                      parents=self.memory_ids,
+                      meta={**self.meta, "finish_reason": done.finish_reason,
+                            "temperature": cfg.sampling.temperature})
+
+
+def _ask(backend: Backend, conversations: list[list[dict]],
+         samplings: list[Sampling]) -> list[Future[Completion]]:
+    """One future per conversation: a streaming backend's own, or one batched `chat` call's
+    answers (each conversation keeps its own seed either way)."""
+    if streams(backend):
+        return [backend.submit(c, s) for c, s in zip(conversations, samplings)]
+    if not conversations:
+        return []
+    batch = replace(samplings[0], seed=None, seeds=tuple(s.seed for s in samplings))
+    answers = []
+    for completion in backend.chat(conversations, batch):
+        answer: Future[Completion] = Future()
+        answer.set_result(completion)
+        answers.append(answer)
+    return answers

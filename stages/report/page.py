@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import orjson
 
+from stages import __version__
 from stages.report.data import RunData
 
 Cell = str | tuple[str, dict[str, str]]
@@ -145,8 +146,6 @@ def render(run: RunData, sections: list[Section], warnings: list[str],
            headline: tuple[str, str], alerts: Sequence[str] = ()) -> str:
     """The whole page; `headline` is the (label, text) shown first and highlighted; `alerts`
     (training collapse, one line each) lead the page, above the warnings and sections."""
-    from spade_cli import __version__
-
     facts = [("run", run.name), ("directory", str(run.path.resolve())),
              ("rounds", _rounds_text(run)), ("model", model_text(run.recipe)),
              ("checkpoints", f"{len(run.checkpoints)}"

@@ -21,6 +21,10 @@ TOOL_USE = ["design", "validate", "audit", "hint", "rollout", "score-regret", "t
 EXPECTED = {
     "quickstart": (["model", *SPADE], []),
     "smollm2-cpu": (["model", *SPADE], []),
+    # one round, no training: served, so no trainer ranks are started either
+    "coder-cpu": (["model", "design", "validate", "hint", "rollout", "score-regret"],
+                  ["+spade model coder", "+--max-tokens 3000", "+--python /",
+                   "-spade trainer"]),
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
                                "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
                                "+--context-length 32768", "+--nproc 8", "---cpu-offload"]),

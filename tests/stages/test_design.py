@@ -148,3 +148,38 @@ def test_rotation_can_be_restricted_to_named_skills():
         cfg = stage.Config(round=design_round, active_skills=2, skills=pool, batch=4)
         assert [s.skill for s in stage.fresh_slots(cfg)] == ["arithmetic", "induction",
                                                               "arithmetic", "induction"]
+
+
+def answer_naming_the_slot(messages, tools):
+    """A reply that differs per prompt, so a design taken from the wrong slot would show."""
+    return f"{answer_with_seed_env(messages, tools)}\n# {hash(messages[0]['content'])}"
+
+
+def test_designs_a_stopped_run_made_are_kept_and_not_asked_for_again():
+    cfg = stage.Config(batch=4, seed=6)
+    slots = stage.fresh_slots(cfg)
+    whole = list(stage.run(ScriptedBackend(answer_naming_the_slot), DOCS, [], cfg, slots))
+    backend = ScriptedBackend(answer_naming_the_slot)
+    resumed = list(stage.run(backend, DOCS, [], cfg, slots, made=[whole[1], whole[3]]))
+    assert backend.calls == 2
+    assert [r.id for r in resumed] == [r.id for r in whole]
+    stale = whole[0].model_copy(update={"prompt": "a prompt this config no longer writes"})
+    again = ScriptedBackend(answer_naming_the_slot)
+    assert [r.id for r in stage.run(again, DOCS, [], cfg, slots, made=[stale])] == \
+        [r.id for r in whole]
+    assert again.calls == 4  # a design whose prompt is not this slot's is asked for again
+
+
+def test_each_design_is_kept_as_soon_as_it_is_answered_not_in_slot_order():
+    """Slot 0 answers last: the other three are kept before it, so a stop while slot 0 is still
+    generating loses only slot 0."""
+    cfg = stage.Config(batch=4, seed=6)
+    slow_first = ScriptedBackend(answer_with_seed_env,
+                                 latency=lambda sampling: 0.3 if sampling.seed == first else 0.0)
+    first = stage.Sampling(seed=stage.derive_seed(cfg.seed, cfg.round, 0, 2)).seed_for(0)
+    kept, yielded = [], []
+    for record in stage.run(slow_first, DOCS, [], cfg, stage.fresh_slots(cfg), keep=kept.append):
+        yielded.append((record.slot, [k.slot for k in kept]))
+    assert [slot for slot, _ in yielded] == [0, 1, 2, 3]
+    slot, kept_by_then = yielded[0]
+    assert slot == 0 and sorted(kept_by_then[:3]) == [1, 2, 3] and kept_by_then[3] == 0

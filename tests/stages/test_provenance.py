@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from spade_cli import __version__
+from stages import __version__
 from stages import provenance, shards
 from stages.provenance import REWARD_CODE, VALIDATOR_CODE, stamp
 from stages.records import Env
@@ -100,3 +100,9 @@ def test_a_shard_a_rerun_kept_keeps_the_stamp_of_the_code_that_judged_it(tmp_pat
     kept, new = entries(out)["00000"], entries(out)["00001"]
     assert kept["provenance"] == old  # skipped by the rerun: judged by the old code
     assert new["provenance"] == {"spade_version": "9.9", "validator": "newer"}
+
+
+def test_the_version_records_carry_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    assert __version__ == version("spade-selfplay")

@@ -39,7 +39,7 @@ CKPT = "runs/t/ckpt/step-000002"
 
 
 def write(out: Path, records: list, stage: str = "test") -> None:
-    emit(stage, str(out), lambda: iter(records), {"stage": stage}, Stats(), overwrite=True)
+    emit(stage, str(out), lambda _journal: iter(records), {"stage": stage}, Stats(), overwrite=True)
 
 
 def env(source: str, design: str, hint: str | None = None) -> Env:
@@ -273,7 +273,7 @@ def test_a_real_one_round_quickstart_run_indexes_and_traces(tmp_path, nsjail_ok)
 def test_compressed_shards_and_in_flight_temp_files(built):
     con, run = built["con"], built["run"]
     target = run / "r02" / "rollout"
-    emit("rollout", str(target), lambda: iter(plays(built["env"].id, False, [1.0], CKPT, 2)),
+    emit("rollout", str(target), lambda _journal: iter(plays(built["env"].id, False, [1.0], CKPT, 2)),
          {}, Stats(), suffix=".jsonl.gz")
     (target / ".rollout-00001.jsonl.0123.tmp").write_bytes(b"half a line")  # a write under way
     report = index_runs(con, [str(run)])
@@ -296,7 +296,7 @@ def test_a_reader_sees_whole_shards_while_another_connection_indexes(built, tmp_
 
 def test_runs_say_where_the_validator_changed_and_the_reward_did_not(built, tmp_path):
     later = make_run(tmp_path, "u")
-    emit("validate", str(later["run"] / "r00" / "validate-a0"), lambda: iter([later["env"]]),
+    emit("validate", str(later["run"] / "r00" / "validate-a0"), lambda _journal: iter([later["env"]]),
          {"stage": "validate", "call_timeout": 9.0}, Stats(), overwrite=True)
     index_runs(built["con"], [str(later["run"])])
     first, second = run_provenance(built["con"])

@@ -458,7 +458,7 @@ def test_the_manifest_says_incomplete_until_the_last_shard_is_written(tmp_path):
 def test_emit_writes_one_shard_numbered_zero(tmp_path):
     out = tmp_path / "out"
     stats = Stats()
-    emit("seeds", str(out), lambda: iter(designs(3)), {"n": 3}, stats)
+    emit("seeds", str(out), lambda _journal: iter(designs(3)), {"n": 3}, stats)
     assert sorted(os.listdir(out)) == [MANIFEST, "design-00000.jsonl"]
     assert stats.written == {"design": 3} and stats.read == 0
     assert manifest(out)["shards"]["00000"]["input"] == "<generated>"
@@ -466,14 +466,14 @@ def test_emit_writes_one_shard_numbered_zero(tmp_path):
 
 def test_an_emitting_stage_resumes_unless_told_to_overwrite(tmp_path):
     out = str(tmp_path / "out")
-    emit("seeds", out, lambda: iter(designs(2)), {}, Stats())
+    emit("seeds", out, lambda _journal: iter(designs(2)), {}, Stats())
     again = Stats()
-    emit("seeds", out, lambda: iter(designs(2)), {}, again)
+    emit("seeds", out, lambda _journal: iter(designs(2)), {}, again)
     assert again.skipped_shards == 1 and again.written == {}
     forced = Stats()
-    emit("seeds", out, lambda: iter(designs(3)), {}, forced, overwrite=True)
+    emit("seeds", out, lambda _journal: iter(designs(3)), {}, forced, overwrite=True)
     assert forced.skipped_shards == 0 and forced.written == {"design": 3}
-    emit("seeds", str(tmp_path / "gz"), lambda: iter(designs(1)), {}, Stats(),
+    emit("seeds", str(tmp_path / "gz"), lambda _journal: iter(designs(1)), {}, Stats(),
          suffix=".jsonl.zst")
     assert sorted(os.listdir(tmp_path / "gz")) == [MANIFEST, "design-00000.jsonl.zst"]
 
@@ -656,7 +656,7 @@ def test_reading_with_kinds_refuses_a_record_of_another_kind_at_its_line(tmp_pat
 def test_a_judging_stages_manifest_entries_carry_its_provenance(tmp_path):
     config = {"window": 3, "variant": "blend"}
     out = tmp_path / "out"
-    emit("score-regret", str(out), lambda: iter(designs(1)), config, Stats())
+    emit("score-regret", str(out), lambda _journal: iter(designs(1)), config, Stats())
     m = manifest(out)
     assert m["shards"]["00000"]["provenance"] == provenance.stamp("score-regret", config)
     assert "reward" in m["shards"]["00000"]["provenance"]
@@ -664,7 +664,7 @@ def test_a_judging_stages_manifest_entries_carry_its_provenance(tmp_path):
 
 
 def test_the_manifest_is_indented_for_people_to_read(tmp_path):
-    emit("t", str(tmp_path / "out"), lambda: iter(designs(1)), {}, Stats())
+    emit("t", str(tmp_path / "out"), lambda _journal: iter(designs(1)), {}, Stats())
     text = (tmp_path / "out" / MANIFEST).read_text()
     assert text.startswith('{\n  "stage": "t"') and text.count("\n") > 10
 
