@@ -5,11 +5,14 @@
     python benchmarks/designer.py --revalidate runs/designer-coder    # after a validator change
 
 Samples at the paper's design settings (temperature, top-p, top-k of the design stage of
-recipes/qwen3-4b-games.toml; `--max-tokens` a flag, default the recipe's), writes each domain's
-design records and validation output under the output directory, and prints one row per domain:
-designs, accepted, yield, reject reasons by check, mean completion tokens and seconds per design.
-`--revalidate DIR` validates the stored designs again and prints the old and new tables, so a
-validator change is measured on the same designs. Runs the real commands as subprocesses.
+recipes/qwen3-4b-games.toml; `--max-tokens` a flag, default the recipe's) and prints one row
+per domain: designs, accepted, yield, reject reasons by check, mean completion tokens and
+seconds per design. The designs of a domain are made in parts of `--part` designs (part k
+seeded `--seed` + k), each its own `spade design -o DIR`: a rerun with the same `-o` keeps the
+finished parts and the designs a stopped part had made, so a study of hours on a CPU server
+can be stopped and resumed, and `-n` raised later to add parts. `--revalidate DIR` validates
+the stored designs again and prints the old and new tables, so a validator change is measured
+on the same designs. Runs the real commands as subprocesses.
 """
 
 from __future__ import annotations
@@ -40,14 +43,14 @@ def spade(*args: str) -> list[str]:
     return [sys.executable, "-m", "spade_cli", *args]
 
 
-def design_command(args, domain: str, out: Path, sampling: dict) -> list[str]:
+def design_command(args, domain: str, out: Path, sampling: dict, batch: int,
+                   seed: int) -> list[str]:
     if args.base_url:
         backend = ["--backend", "openai", "--base-url", args.base_url, "-m", args.served_name]
     else:
         backend = ["--backend", args.backend, "-m", args.model]
-    argv = spade("design", *backend, "--domain", domain, "-b", str(args.n), "--seed",
-                 str(args.seed), "--max-tokens", str(args.max_tokens), "-o", str(out),
-                 "--overwrite")
+    argv = spade("design", *backend, "--domain", domain, "-b", str(batch), "--seed", str(seed),
+                 "--max-tokens", str(args.max_tokens), "-o", str(out))
     for key in ("temperature", "top-p", "top-k"):
         if sampling.get(key) is not None:
             argv += [f"--{key}", str(sampling[key])]
@@ -62,7 +65,10 @@ def validate(designs: Path, out: Path, seed: int) -> float:
 
 
 def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    files = [file for file in sorted(path.glob("*.jsonl")) if not file.name.startswith("_")] \
+        if path.is_dir() else [path]
+    return [json.loads(line) for file in files for line in file.read_text().splitlines()
+            if line.strip()]
 
 
 def row(domain: str, designs: list[dict], checked: list[dict], seconds: float | None) -> dict:
@@ -73,7 +79,7 @@ def row(domain: str, designs: list[dict], checked: list[dict], seconds: float | 
             "yield": accepted / len(designs) if designs else 0.0, "rejects": dict(rejects),
             "cut": sum(d.get("meta", {}).get("finish_reason") == "length" for d in designs),
             "tokens": sum(tokens) / len(tokens) if tokens else None,
-            "seconds": seconds / len(designs) if designs and seconds is not None else None}
+            "seconds": seconds}
 
 
 def table(rows: list[dict], title: str, max_tokens: int | None) -> str:
@@ -89,19 +95,64 @@ def table(rows: list[dict], title: str, max_tokens: int | None) -> str:
     return "\n".join(lines)
 
 
+def finished(designs: Path) -> bool:
+    try:
+        return json.loads((designs / "_manifest.json").read_text())["complete"]
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+
+
+def journaled(designs: Path) -> int:
+    """Designs a stopped `spade design` saved (its journal's lines)."""
+    return sum(len(path.read_bytes().splitlines()) for path in designs.glob("_journal-*.jsonl"))
+
+
+def design_part(args, domain: str, part: Path, sampling: dict, batch: int, seed: int) -> None:
+    """Make (or finish) one part's designs; its timing.json adds up the seconds spent and the
+    designs made over every run that worked on it, so s/design survives a resume."""
+    designs, timing_file = part / "designs", part / "timing.json"
+    if finished(designs):
+        return
+    timing = json.loads(timing_file.read_text()) if timing_file.exists() else \
+        {"seconds": 0.0, "made": 0}
+    before = journaled(designs)
+    started = time.monotonic()
+    subprocess.run(design_command(args, domain, designs, sampling, batch, seed), check=True)
+    timing["seconds"] += time.monotonic() - started
+    timing["made"] += len(records(designs)) - before
+    part.mkdir(parents=True, exist_ok=True)
+    timing_file.write_text(json.dumps(timing))
+
+
+def parts(args) -> list[tuple[int, int]]:
+    """(part index, designs in it): -n split into parts of --part."""
+    return [(k, min(args.part, args.n - k * args.part))
+            for k in range(-(-args.n // args.part))]
+
+
+def domain_row(folder: Path, domain: str, checked_name: str) -> dict:
+    designs, checked, seconds, made = [], [], 0.0, 0
+    for part in sorted((folder / domain).glob("part-*")):
+        if not (part / checked_name).exists():
+            continue
+        designs += records(part / "designs")
+        checked += records(part / checked_name)
+        timing = json.loads((part / "timing.json").read_text())
+        seconds, made = seconds + timing["seconds"], made + timing["made"]
+    return row(domain, designs, checked, seconds / made if made else None)
+
+
 def study(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sampling = paper_sampling()
     rows = []
     for domain in args.domains:
-        designs = out / f"designs-{domain}.jsonl"
-        started = time.monotonic()
-        subprocess.run(design_command(args, domain, designs, sampling), check=True)
-        seconds = time.monotonic() - started
-        validate(designs, out / f"validated-{domain}.jsonl", args.seed)
-        rows.append(row(domain, records(designs), records(out / f"validated-{domain}.jsonl"),
-                        seconds))
+        for index, batch in parts(args):
+            part = out / domain / f"part-{index:02d}"
+            design_part(args, domain, part, sampling, batch, args.seed + index)
+            validate(part / "designs", part / "validated", args.seed)
+        rows.append(domain_row(out, domain, "validated"))
     (out / "study.json").write_text(json.dumps({"sampling": sampling, "max_tokens":
                                                 args.max_tokens, "rows": rows}, indent=1))
     return rows
@@ -112,11 +163,9 @@ def revalidate(folder: Path, seed: int) -> tuple[list[dict], list[dict]]:
     before, after = stored["rows"], []
     for old in before:
         domain = old["domain"]
-        designs = records(folder / f"designs-{domain}.jsonl")
-        validate(folder / f"designs-{domain}.jsonl", folder / f"revalidated-{domain}.jsonl", seed)
-        new = row(domain, designs, records(folder / f"revalidated-{domain}.jsonl"), None)
-        new["seconds"] = old["seconds"]  # design time: the designs were not made again
-        after.append(new)
+        for part in sorted((folder / domain).glob("part-*")):
+            validate(part / "designs", part / "revalidated", seed)
+        after.append(domain_row(folder, domain, "revalidated"))
     return before, after
 
 
@@ -128,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-m", "--model", help="model directory for --backend (default hf)")
     parser.add_argument("--backend", default="hf")
     parser.add_argument("-n", type=int, default=48, help="designs per domain")
+    parser.add_argument("--part", type=int, default=12,
+                        help="designs per part (the unit a rerun keeps whole)")
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
     parser.add_argument("--max-tokens", type=int, default=sampling["max-tokens"] or 4096)
     parser.add_argument("--seed", type=int, default=0)

@@ -130,10 +130,14 @@ def design(
                 return
             made = [record for record in journal.made if record.kind == "design"]
             resumed.append(len(made))
-            for record in stage.run(model_backend.get(), documents, memories, cfg, slots,
-                                    made, journal.keep):
+            progress.advance(len(made))
+
+            def keep(record):  # counted as answered, not when the slots before it are
+                journal.keep(record)
                 progress.advance()
-                yield record
+
+            yield from stage.run(model_backend.get(), documents, memories, cfg, slots, made,
+                                 keep)
 
         resumed: list[int] = []
         with progress, model_backend:

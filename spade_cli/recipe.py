@@ -30,7 +30,7 @@ alone, so every eval point plays the same envs, and the report can draw how the 
 played as training goes on.
 
 Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`,
-`restarts`, and the engine's layout `data-parallel`, `tensor-parallel`, `expert-parallel`): one
+`restarts`, `request-timeout`, and the engine's layout `data-parallel`, `tensor-parallel`, `expert-parallel`): one
 vLLM server holds the policy for the whole run; every generating stage reaches it with
 `--backend openai --base-url URL --model spade-policy --policy CKPT` instead of loading its own
 engine, and train-grpo still trains the checkpoint directory in-process. The layout: the engine
@@ -96,6 +96,8 @@ SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "start-timeout": (lambda v: (_int(v) or isinstance(v, float)) and v > 0,
                       "a number of seconds above 0"),
     "restarts": (lambda v: _int(v) and v >= 0, "an integer from 0 up"),
+    "request-timeout": (lambda v: (_int(v) or isinstance(v, float)) and v > 0,
+                        "a number of seconds above 0"),
     "data-parallel": (lambda v: _positive_int(v), "an integer of at least 1 (replicas)"),
     "tensor-parallel": (lambda v: _positive_int(v), "an integer of at least 1 (GPUs a replica)"),
     "expert-parallel": (lambda v: isinstance(v, bool), "true or false"),
@@ -112,6 +114,9 @@ class Serve:
     sleep: bool | None = None  # sleep mode around train steps; None: where a CUDA device is
     start_timeout: float = 600.0
     restarts: int = 2  # a server that dies is started again this often per stage, then exit 69
+    # how long a stage waits for one reply ($SPADE_REQUEST_TIMEOUT); None: the backend's 600 s.
+    # A CPU server makes a few tokens a second per request: a long design needs far more.
+    request_timeout: float | None = None
     data_parallel: int = 1  # engine replicas, vLLM balancing requests over them
     tensor_parallel: int = 1  # GPUs each replica is split over
     expert_parallel: bool = False  # a MoE model's experts over all data_parallel x tensor_parallel
@@ -711,8 +716,8 @@ def resolved(recipe: Recipe) -> dict[str, Any]:
 
 # [serve] settings that change how a run is served, not what it computes (the layout too: the
 # same run on a box with other GPUs keeps its finished rounds)
-SERVE_OPERATIONAL = ("python", "port", "sleep", "start-timeout", "restarts", "data-parallel",
-                     "tensor-parallel", "expert-parallel")
+SERVE_OPERATIONAL = ("python", "port", "sleep", "start-timeout", "restarts", "request-timeout",
+                     "data-parallel", "tensor-parallel", "expert-parallel")
 
 
 def digest(resolved: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import shlex
 import time
 from contextlib import contextmanager, nullcontext
@@ -285,6 +286,10 @@ def print_serve(recipe, sleep: bool) -> None:
     log = f"{shlex.quote(recipe.run_dir)}/serve.log"
     # exec: $SERVE_PID is then `spade serve` itself, which stops the server when killed
     print(f"coproc SERVE {{ exec {shell_words(argv)} 2>> {log}; }}")
+    if recipe.serve.request_timeout is not None:
+        from stages.backends.openai import TIMEOUT_ENV
+
+        print(f"export {TIMEOUT_ENV}={recipe.serve.request_timeout:g}")
     if recipe.stage("train-grpo"):  # as the runner, which starts them before the first one
         print("# train-grpo's ranks, kept up across rounds: each train-grpo below trains on them")
         print(f"{recipes.shell_line(trainer_command(recipe))} 2>> "
@@ -380,9 +385,9 @@ class Engine:
                                   self.recipe.defaults.get("context-length"), self.sleep,
                                   self.settings.args, self.log, self.settings.start_timeout,
                                   layout=self.settings.layout)
-        summary.log_line(f"serve: engine started with {model} at {self.base_url} on "
-                         f"{self.settings.layout} in {time.monotonic() - started:.1f}s "
-                         f"(log {self.log})", echo=True)
+        where = self.settings.layout if serve.sleep_supported() else "the CPU"
+        summary.log_line(f"serve: engine started with {model} at {self.base_url} on {where} "
+                         f"in {time.monotonic() - started:.1f}s (log {self.log})", echo=True)
 
     def before(self, argv: list[str]) -> None:
         """Before each stage: the server is still there; train-grpo gets the GPU."""
@@ -436,10 +441,21 @@ class Engine:
         self.start(model)
 
     def __enter__(self) -> "Engine":
+        from stages.backends.openai import TIMEOUT_ENV
+
+        self.timeout_before = os.environ.get(TIMEOUT_ENV)
+        if self.settings.request_timeout is not None:  # the stages run in this process
+            os.environ[TIMEOUT_ENV] = f"{self.settings.request_timeout:g}"
         return self
 
     def __exit__(self, *exc) -> None:
+        from stages.backends.openai import TIMEOUT_ENV
+
         self.stop()
+        if self.timeout_before is None:
+            os.environ.pop(TIMEOUT_ENV, None)
+        else:
+            os.environ[TIMEOUT_ENV] = self.timeout_before
 
     def stop(self) -> None:
         """The run ended or failed: stop the server if one was started."""

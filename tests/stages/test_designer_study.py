@@ -40,4 +40,23 @@ def test_a_study_prints_its_table_and_revalidates_the_same_designs(tiny_model, t
     study.main(["--revalidate", str(out)])
     printed = capsys.readouterr().out
     assert "before" in printed and "after" in printed
-    assert (out / "revalidated-game.jsonl").exists()
+    assert (out / "game" / "part-00" / "revalidated").is_dir()
+
+
+@pytest.mark.slow
+def test_a_study_rerun_keeps_its_finished_parts_and_adds_the_new_ones(tiny_model, tmp_path,
+                                                                     nsjail_ok):
+    study = load()
+    out = tmp_path / "study"
+    argv = ["-m", tiny_model, "--max-tokens", "8", "-o", str(out), "--domains", "game",
+            "--part", "1", "--design-arg=--no-corpus"]
+    study.main([*argv, "-n", "2"])
+    first = out / "game" / "part-00" / "designs" / "design-00000.jsonl"
+    made = first.stat().st_mtime_ns
+    study.main([*argv, "-n", "3"])
+    assert first.stat().st_mtime_ns == made  # part 0 was not designed again
+    rows = json.loads((out / "study.json").read_text())["rows"]
+    assert rows[0]["designs"] == 3
+    seeds = [json.loads((out / "game" / f"part-{k:02d}" / "designs" / "_manifest.json")
+                        .read_text())["config"]["seed"] for k in range(3)]
+    assert seeds == [0, 1, 2]
