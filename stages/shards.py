@@ -23,6 +23,9 @@ Guarantees:
   mode the umask gives any new file; `remove_temp_files` clears what a killed writer left;
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
   config digest, and redoes the rest; the manifest is rewritten after each finished shard;
+- a stage without input shards (`emit`) may keep each record as it is made in a journal beside
+  its output directory; a rerun of the same config gets those records back (design takes
+  them instead of asking the model again); the journal goes once the output is written;
 - each finished shard's manifest entry carries the provenance of the run that wrote it
   (stages/provenance.py: spade version, validator or reward digest), so a shard a rerun kept
   is never credited to code that did not judge it.

@@ -3,30 +3,13 @@ reads an env, which policies `trivial` counts as knowing nothing of an episode, 
 the reference code's format (its base class, games without solution(), bare answers, rewards up
 to +-10) are played and checked."""
 
-import textwrap
-
 import pytest
 
 from sandbox import reference_tool_base, tool_base
-from sandbox.contract import (DENIED_IMPORTS, MAX_TURNS_CAP, ContractError, EnvClass, parse,
-                              runtime_checks, structure)
+from sandbox.contract import (DENIED_IMPORTS, MAX_TURNS_CAP, ContractError, EnvClass,
+                              runtime_checks)
 from sandbox.jail import Sandbox
-
-GAME = '''
-class TinyEnv:
-    def reset(self, seed=None):
-        return "hi", {}
-
-    def step(self, action):
-        return "ok", 0.0, False, False, {}
-
-    def solution(self):
-        return ["\\\\boxed{1}"]
-'''
-
-
-def structure_of(source: str) -> EnvClass:
-    return structure(parse(textwrap.dedent(source)))
+from tests.sandbox.tiny_env import GAME, structure_of
 
 
 @pytest.mark.parametrize("line", [

@@ -13,30 +13,15 @@ import pytest
 
 from sandbox import contract
 from sandbox.contract import (MAX_SOURCE_BYTES, MAX_TURNS_CAP, ContractError, EnvFacts, Probe,
-                              Seeds, check_size, extract, parse, static_checks, structure)
+                              Seeds, check_size, extract, parse, static_checks)
 from sandbox.jail import Reply, SandboxUnavailable
-
-GAME = '''\
-class TinyEnv:
-    def reset(self, seed=None):
-        return "hi", {}
-
-    def step(self, action):
-        return "ok", 0.0, False, False, {}
-
-    def solution(self):
-        return ["\\\\boxed{1}"]
-'''
+from tests.sandbox.tiny_env import GAME, structure_of
 
 
 def rejected(call, *args):
     with pytest.raises(ContractError) as raised:
         call(*args)
     return raised.value
-
-
-def structure_of(source: str):
-    return structure(parse(textwrap.dedent(source)))
 
 
 # -- extract and the size cap --------------------------------------------------------------------

@@ -168,15 +168,8 @@ def test_a_read_only_dir_is_exit_73(tmp_path):
     assert raised.value.code == 73
 
 
-def test_an_unwritable_dir_is_exit_73(tmp_path, monkeypatch):
-    real = os.open
-
-    def refuse(path, *args, **kwargs):
-        if str(path).endswith(".tmp"):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refuse)
+def test_an_unwritable_dir_is_exit_73(tmp_path, monkeypatch, refuse_temp_files):
+    refuse_temp_files(errno.EROFS)
     with pytest.raises(OutputError) as raised:
         stage_to(tmp_path / "out")
     monkeypatch.undo()

@@ -304,15 +304,9 @@ def test_a_full_disk_at_the_rename_is_exit_74_and_leaves_nothing(tmp_path, monke
     assert os.listdir(tmp_path) == []
 
 
-def test_a_temp_file_that_cannot_be_made_names_the_output(tmp_path, monkeypatch):
-    real = os.open
-
-    def refuse(path, *args, **kwargs):
-        if str(path).endswith(".tmp"):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refuse)
+def test_a_temp_file_that_cannot_be_made_names_the_output(tmp_path, monkeypatch,
+                                                          refuse_temp_files):
+    refuse_temp_files(errno.EACCES)
     with pytest.raises(OutputError) as raised:
         write_atomic(tmp_path / "x.jsonl", [b"a\n"])
     monkeypatch.undo()
@@ -685,3 +679,53 @@ def test_the_summary_seconds_are_the_time_since_start_to_the_millisecond():
     seconds = stats.as_dict()["seconds"]
     assert isinstance(seconds, float) and 1.234 < seconds < 2
     assert round(seconds, 3) == seconds
+
+
+def test_an_emitting_stage_stopped_midway_gets_back_what_it_had_made(tmp_path):
+    """The journal: each kept record survives a stop; a cut-off last line (a kill mid-write) is
+    not one; once the output is written the journal is gone."""
+    out = tmp_path / "out"
+    made = designs(3)
+
+    def stops_after_two(journal):
+        for record in made[:2]:
+            journal.keep(record)
+            yield record
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        emit("seeds", str(out), stops_after_two, {"n": 3}, Stats())
+    [journal] = out.glob("_journal-*.jsonl")
+    with open(journal, "ab") as fh:
+        fh.write(dumps(made[2])[:40])  # the kill came in the middle of the third line
+    seen = []
+
+    def resumes(journal):
+        seen.extend(journal.made)
+        yield from made
+
+    emit("seeds", str(out), resumes, {"n": 3}, Stats())
+    assert [r.id for r in seen] == [r.id for r in made[:2]]
+    assert len((out / "design-00000.jsonl").read_bytes().splitlines()) == 3
+    assert not list(out.glob("_journal-*"))
+
+
+def test_a_journal_of_another_config_or_an_overwrite_is_not_resumed(tmp_path):
+    out = tmp_path / "out"
+
+    def stops(journal):
+        journal.keep(designs(1)[0])
+        raise KeyboardInterrupt
+        yield
+
+    def made_before(journal):
+        seen.append(len(journal.made))
+        return iter(designs(1))
+
+    for config, overwrite in (({"n": 2}, False), ({"n": 1}, True)):
+        with pytest.raises(KeyboardInterrupt):
+            emit("seeds", str(out), stops, {"n": 1}, Stats())
+        seen = []
+        emit("seeds", str(out), made_before, config, Stats(), overwrite=overwrite)
+        assert seen == [0] and not list(out.glob("_journal-*"))
+    assert emit("seeds", "-", made_before, {}, Stats()) is None and seen == [0, 0]
