@@ -29,10 +29,11 @@ every check but `oracle`, which cannot run: `EnvFacts.oracle` is False, and its 
 
 Every check plays `solution()`'s actions as a model's reply reaches the env in `spade rollout`
 (sandbox/actions.py: a game's last balanced box), and an action holding a character no reply
-carries (a backspace from an ordinary "\\boxed" literal) fails `oracle` (`sent_actions`). A
+carries (a form feed from an ordinary "\\frac" literal) fails `oracle` (`sent_actions`). A
 tool-use module's own `class ToolUseBaseEnv` that only restates the base is blanked before the
-checks (`drop_restated_base`); stages/validate.py marks a design cut at --max-tokens whose code
-does not parse `truncated`.
+checks (`drop_restated_base`), and a `"\\boxed"` in an ordinary literal, a backspace nobody
+means, is mended to the backslash it was meant to be (`repair_boxed_escapes`);
+stages/validate.py marks a design cut at --max-tokens whose code does not parse `truncated`.
 
 The reset gate is ours, stricter than the reference's, for both APIs: a criterion that holds at
 reset, or raises, on any seed fails it (the reference rejects only a criterion that raises at every
@@ -45,9 +46,11 @@ broken ("FALSE AT RESET / NOT FREE").
 from __future__ import annotations
 
 import ast
+import io
 import re
 import sys
 import threading
+import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -365,6 +368,41 @@ def drop_restated_base(source: str) -> tuple[str, bool]:
         lines[index] = "\n"
     lines[first - 1] = "# (ToolUseBaseEnv restated here: dropped, the jail provides it)\n"
     return "".join(lines), True
+
+
+# `\boxed` after an odd run of backslashes: in an ordinary literal, an escape `\b` (a backspace)
+BOXED_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\boxed")
+
+
+def repair_boxed_escapes(source: str) -> tuple[str, int]:
+    """`"\boxed{open 3}"` in an ordinary (not raw) string literal is a backspace and `oxed{...}`:
+    nobody means that, and no agent can send it, yet small coders write it often (1 of the
+    coder's first 5 designs here). Each such `\boxed` becomes `\\boxed`, the backslash it was
+    meant to be; returns the source and how many were mended. Raw literals, and a `\\boxed`
+    already escaped, stay as they are; other escapes (`"\frac"`, a form feed) are left to the
+    oracle, which names them. Only Python 3.11's STRING tokens are read: on 3.12 and later an
+    f-string is left to the oracle too. Source that does not tokenize comes back as it is."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source, 0
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    pieces, at, mended = [], 0, 0
+    for token in tokens:
+        if token.type != tokenize.STRING:
+            continue
+        prefix = token.string[:len(token.string) - len(token.string.lstrip("rRbBuUfF"))]
+        if "r" in prefix.lower():
+            continue
+        fixed, count = BOXED_ESCAPE.subn(r"\1\\\\boxed", token.string)
+        if count:
+            begin = starts[token.start[0] - 1] + token.start[1]
+            end = starts[token.end[0] - 1] + token.end[1]
+            pieces += [source[at:begin], fixed]
+            at, mended = end, mended + count
+    return "".join(pieces) + source[at:], mended
 
 
 # -- runtime checks: through jailed workers ------------------------------------------------------

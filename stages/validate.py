@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds,
-                              drop_restated_base, runtime_checks, static_checks)
+                              drop_restated_base, repair_boxed_escapes, runtime_checks,
+                              static_checks)
 from sandbox.jail import Sandbox
 from stages import trivial
 from stages.executor import Executor, LocalExecutor
@@ -107,6 +108,9 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
 
     try:
         source = static_checks(design.completion, is_source=source_file is not None)
+        source, mended = repair_boxed_escapes(source)
+        if mended:
+            meta["validation"]["mended_boxed_escapes"] = mended
         if design.domain == "tool_use" or "(ToolUseBaseEnv)" in source:
             source, dropped = drop_restated_base(source)
             if dropped:

@@ -639,3 +639,26 @@ def test_a_module_function_named_like_a_method_is_still_the_modules():
               "        return random.choice('ab'), {}\n    def choice(self):\n        return 1\n"
               + STEP)
     assert random_use(source).startswith("reset() draws from the global random module (line 4")
+
+
+# -- the mended \boxed escape --------------------------------------------------------------------
+
+def test_an_ordinary_boxed_literal_is_mended_and_nothing_else_is():
+    source = ('a = "\\boxed{open 3}"\n'          # a backspace: mended
+              'b = r"\\boxed{x}"\n'               # raw: a backslash already
+              'c = "\\\\boxed{ok}"\n'             # escaped: a backslash already
+              'd = f"\\boxed{{{n}}}"\n'           # an f-string (3.11 reads it as one token)
+              'e = """two\nlines \\boxed{y}"""\n'
+              'f = "\\frac{1}{2}"  # \\boxed in a comment\n')
+    mended, count = contract.repair_boxed_escapes(source)
+    assert count == 3
+    values = {}
+    exec(mended, {"n": 1}, values)
+    assert values["a"] == "\\boxed{open 3}" and values["d"] == "\\boxed{1}"
+    assert values["b"] == "\\boxed{x}" and values["c"] == "\\boxed{ok}"
+    assert values["e"] == "two\nlines \\boxed{y}"
+    assert values["f"] == "\x0crac{1}{2}"  # other escapes are the oracle's to name
+    assert mended.count("\n") == source.count("\n")  # line numbers hold
+    assert mended.endswith("# \\boxed in a comment\n")
+    unclosed = 'x = """never closed \\boxed\n'
+    assert contract.repair_boxed_escapes(unclosed) == (unclosed, 0)

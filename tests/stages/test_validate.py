@@ -268,18 +268,29 @@ def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, nsjai
 
 
 def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(nsjail_ok):
-    """"\\boxed{open 3}" in an ordinary literal holds a backspace: only solution() can send it."""
-    path = BROKEN / "oracle_backspace.py"
+    """"\\boxed{\\frac{1}{2}}" in an ordinary literal holds a form feed: only solution() can
+    send it; written raw, the same env is accepted."""
+    path = BROKEN / "oracle_control_char.py"
     record = stage.validate_one(design_for(path), stage.Config(seed=0))
     assert isinstance(record, Validation) and record.check == "oracle"
-    assert "action 1" in record.error.msg and 'backspace ("\\b")' in record.error.msg
+    assert "action 1" in record.error.msg and 'form feed ("\\f")' in record.error.msg
     assert 'r"\\boxed{...}"' in record.error.msg
-    raw = path.read_text().replace('self.answer = "\\boxed{', 'self.answer = r"\\boxed{')
+    raw = path.read_text().replace('self.answer = "\\\\boxed{\\frac',
+                                   'self.answer = r"\\boxed{\\frac')
     assert raw != path.read_text()
     fixed = stage.designs_from_files([path])[0]
     record = stage.validate_one(Design(completion=raw, domain=fixed.domain, skill=fixed.skill,
                                        meta=fixed.meta), stage.Config(seed=0))
     assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+
+
+def test_an_ordinary_boxed_literal_is_mended_and_the_mend_recorded(nsjail_ok):
+    """The coder's "\\boxed{open 3}": a backspace nobody means, mended to a backslash."""
+    record = stage.validate_one(design_for(VALID / "chests_boxed_backspace.py"),
+                                stage.Config(seed=0))
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+    assert record.meta["validation"]["mended_boxed_escapes"] == 1
+    assert 'self.answer = "\\\\boxed{open %d}"' in record.source
 
 
 def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(nsjail_ok):
