@@ -10,7 +10,8 @@ per domain: designs, accepted, yield, reject reasons by check, mean completion t
 seconds per design. The designs of a domain are made in parts of `--part` designs (part k
 seeded `--seed` + k), each its own `spade design -o DIR`: a rerun with the same `-o` keeps the
 finished parts and the designs a stopped part had made, so a study of hours on a CPU server
-can be stopped and resumed, and `-n` raised later to add parts. `--revalidate DIR` validates
+can be stopped and resumed, and `-n` raised later to add parts; `--jobs J` designs J parts at
+once. `--revalidate DIR` validates
 the stored designs again and prints the old and new tables, so a validator change is measured
 on the same designs. Runs the real commands as subprocesses.
 """
@@ -25,6 +26,7 @@ import sys
 import time
 import tomllib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,16 +148,25 @@ def study(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sampling = paper_sampling()
-    rows = []
-    for domain in args.domains:
-        for index, batch in parts(args):
-            part = out / domain / f"part-{index:02d}"
-            design_part(args, domain, part, sampling, batch, args.seed + index)
-            validate(part / "designs", part / "validated", args.seed)
-        rows.append(domain_row(out, domain, "validated"))
+
+    def make(domain: str, index: int, batch: int) -> None:
+        part = out / domain / f"part-{index:02d}"
+        design_part(args, domain, part, sampling, batch, args.seed + index)
+        validate(part / "designs", part / "validated", args.seed)
+
+    # parts at once: a server batching many requests makes more tokens a second in all, and
+    # one part's slowest design then does not leave it idle
+    started = time.monotonic()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for done in [pool.submit(make, domain, index, batch) for domain in args.domains
+                     for index, batch in parts(args)]:
+            done.result()
+    rows = [domain_row(out, domain, "validated") for domain in args.domains]
+    wall = time.monotonic() - started
     (out / "study.json").write_text(json.dumps({"sampling": sampling, "max_tokens":
-                                                args.max_tokens, "rows": rows}, indent=1))
-    return rows
+                                                args.max_tokens, "jobs": args.jobs,
+                                                "wall_seconds": wall, "rows": rows}, indent=1))
+    return rows, wall
 
 
 def revalidate(folder: Path, seed: int) -> tuple[list[dict], list[dict]]:
@@ -179,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=48, help="designs per domain")
     parser.add_argument("--part", type=int, default=12,
                         help="designs per part (the unit a rerun keeps whole)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="parts designed at once (a CPU server: as many as its KV cache holds)")
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
     parser.add_argument("--max-tokens", type=int, default=sampling["max-tokens"] or 4096)
     parser.add_argument("--seed", type=int, default=0)
@@ -199,10 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.base_url or args.model):
         parser.error("give --base-url or -m MODEL")
-    rows = study(args)
+    rows, wall = study(args)
     print(table(rows, f"designer study: {args.base_url or args.model}, sampling "
                       f"{ {k: v for k, v in sampling.items() if k != 'max-tokens'} }",
                 args.max_tokens))
+    print(f"this run: {wall:.0f} s with {args.jobs} part(s) at once; s/design is a part's own "
+          f"seconds over the designs it made (a resumed part adds up its runs)")
 
 
 if __name__ == "__main__":

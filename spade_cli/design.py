@@ -130,7 +130,7 @@ def design(
                 return
             made = [record for record in journal.made if record.kind == "design"]
             resumed.append(len(made))
-            progress.advance(len(made))
+            progress.add_total(-len(made))  # the bar, its rate and eta: this run's designs
 
             def keep(record):  # counted as answered, not when the slots before it are
                 journal.keep(record)

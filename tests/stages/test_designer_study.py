@@ -53,7 +53,7 @@ def test_a_study_rerun_keeps_its_finished_parts_and_adds_the_new_ones(tiny_model
     study.main([*argv, "-n", "2"])
     first = out / "game" / "part-00" / "designs" / "design-00000.jsonl"
     made = first.stat().st_mtime_ns
-    study.main([*argv, "-n", "3"])
+    study.main([*argv, "-n", "3", "--jobs", "2"])
     assert first.stat().st_mtime_ns == made  # part 0 was not designed again
     rows = json.loads((out / "study.json").read_text())["rows"]
     assert rows[0]["designs"] == 3
