@@ -158,8 +158,8 @@ def study(args) -> list[dict]:
     # one part's slowest design then does not leave it idle
     started = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:
-        for done in [pool.submit(make, domain, index, batch) for domain in args.domains
-                     for index, batch in parts(args)]:
+        for done in [pool.submit(make, domain, index, batch) for index, batch in parts(args)
+                     for domain in args.domains]:  # domains in turn: a queue serves both
             done.result()
     rows = [domain_row(out, domain, "validated") for domain in args.domains]
     wall = time.monotonic() - started
