@@ -31,7 +31,8 @@ Every check plays `solution()`'s actions as a model's reply reaches the env in `
 (sandbox/actions.py: a game's last balanced box), and an action holding a character no reply
 carries (a form feed from an ordinary "\\frac" literal) fails `oracle` (`sent_actions`). A
 tool-use module's own `class ToolUseBaseEnv` that only restates the base is blanked before the
-checks (`drop_restated_base`), and a `"\\boxed"` in an ordinary literal, a backspace nobody
+checks (`drop_restated_base`); one whose env class is that class itself is renamed to subclass
+it (`name_env_after_base`); and a `"\\boxed"` in an ordinary literal, a backspace nobody
 means, is mended to the backslash it was meant to be (`repair_boxed_escapes`);
 stages/validate.py marks a design cut at --max-tokens whose code does not parse `truncated`.
 
@@ -314,6 +315,36 @@ def _stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                 continue
         return False
     return True
+
+
+TASK_ENV_NAME = "ToolUseTaskEnv"  # what an env named after the base class is called instead
+_BASE_HEADER = re.compile(rf"\bclass\s+{env_class.BASE_NAME}\s*(?:\(\s*\))?\s*:")
+
+
+def name_env_after_base(source: str) -> tuple[str, str | None]:
+    """A tool-use module whose one env class is `class ToolUseBaseEnv:` itself, holding the
+    env (its setup, tools, criteria and solution: 18 of the coder's 43 tool-use designs here),
+    named its env after the base class the prompt shows. Its header becomes
+    `class ToolUseTaskEnv(ToolUseBaseEnv):` on the same line, so the env subclasses the
+    injected base and every check then judges it as written (a `reset` or `step` of its own
+    is still a `structure` reject). Returns the source and the new name; a module with another
+    `*Env` class, a base of its own, or that does not parse comes back as it is, with None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source, None
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    own = [node for node in classes if node.name == env_class.BASE_NAME]
+    if len(own) != 1 or own[0].bases or own[0].keywords or TASK_ENV_NAME in source \
+            or any(node.name.endswith("Env") and node is not own[0] for node in classes):
+        return source, None
+    lines = source.splitlines(keepends=True)
+    header = lines[own[0].lineno - 1]
+    renamed = _BASE_HEADER.sub(f"class {TASK_ENV_NAME}({env_class.BASE_NAME}):", header, 1)
+    if renamed == header:  # a header split over lines: leave it to the structure check
+        return source, None
+    lines[own[0].lineno - 1] = renamed
+    return "".join(lines), TASK_ENV_NAME
 
 
 def drop_restated_base(source: str) -> tuple[str, bool]:

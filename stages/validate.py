@@ -44,9 +44,9 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds,
-                              drop_restated_base, repair_boxed_escapes, runtime_checks,
-                              static_checks)
+from sandbox.contract import (SPARE_SEEDS, VALIDATION_SEEDS, ContractError, Seeds, check_size,
+                              drop_restated_base, extract, name_env_after_base,
+                              repair_boxed_escapes, runtime_checks, static_checks)
 from sandbox.jail import Sandbox
 from stages import trivial
 from stages.executor import Executor, LocalExecutor
@@ -107,10 +107,17 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
                           source_hash=source_hash(source) if source else None)
 
     try:
-        source = static_checks(design.completion, is_source=source_file is not None)
+        # the slips nobody means are mended before the checks, and each mend recorded
+        source = check_size(design.completion) if source_file is not None \
+            else extract(design.completion)
         source, mended = repair_boxed_escapes(source)
         if mended:
             meta["validation"]["mended_boxed_escapes"] = mended
+        if design.domain == "tool_use":
+            source, renamed = name_env_after_base(source)
+            if renamed:
+                meta["validation"]["renamed_base_class"] = renamed
+        source = static_checks(source, is_source=True)
         if design.domain == "tool_use" or "(ToolUseBaseEnv)" in source:
             source, dropped = drop_restated_base(source)
             if dropped:

@@ -67,3 +67,34 @@ def test_validate_drops_a_restated_base_and_records_it(nsjail_ok):
                                 stage.Config(seed=0))
     assert isinstance(record, Validation) and record.check == "structure"
     assert "ToolUseBaseEnv" in record.error.msg
+
+
+def test_an_env_written_as_the_base_class_itself_is_renamed_to_subclass_it(nsjail_ok):
+    """18 of the coder's 43 tool-use designs: `class ToolUseBaseEnv:` holding the env."""
+    source = EXAMPLE.read_text()
+    as_base = re.sub(r"class \w+Env\(ToolUseBaseEnv\):", "class ToolUseBaseEnv:", source)
+    assert as_base != source
+    record = stage.validate_one(Design(domain="tool_use", completion=f"```python\n{as_base}```"),
+                                stage.Config(seed=0))
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+    assert record.class_name == "ToolUseTaskEnv"
+    assert record.meta["validation"]["renamed_base_class"] == "ToolUseTaskEnv"
+    assert "class ToolUseTaskEnv(ToolUseBaseEnv):" in record.source
+    assert record.source.count("\n") == as_base.count("\n")  # line numbers hold
+
+
+@pytest.mark.parametrize("change", [
+    "class OtherEnv:\n    pass\n\n\n",             # another *Env class: the usual rules
+    "class ToolUseBaseEnv:\n    pass\n\n\n",       # two of them
+])
+def test_a_base_named_env_beside_other_classes_is_not_renamed(change):
+    from sandbox.contract import name_env_after_base
+
+    as_base = re.sub(r"class \w+Env\(ToolUseBaseEnv\):", "class ToolUseBaseEnv:",
+                     EXAMPLE.read_text())
+    assert name_env_after_base(as_base)[1] == "ToolUseTaskEnv"
+    head, tail = as_base.split("\nimport json\n", 1)
+    crowded = f"{head}\nimport json\n{change}{tail}"
+    assert name_env_after_base(crowded) == (crowded, None)
+    game = "class ToolUseBaseEnv(object):\n    pass\n"
+    assert name_env_after_base(game) == (game, None)  # a base of its own: not an env as written
