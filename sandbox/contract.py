@@ -23,9 +23,11 @@ its tool-use base class, the names it injects, the class built with `max_turns`,
 in text read as actions; sandbox/math_verify_shim.py), and here their rewards may reach
 +-REFERENCE_REWARD_BOUND, the reference's own range (rollouts clip the episode reward, the only
 one that counts, to [-1, 1]). For every env, a `solution()` that returns the bare answer is
-boxed, and a game without `solution()` (the reference's multi-turn template has none) passes
-every check but `oracle`, which cannot run: `EnvFacts.oracle` is False, and its record says
-`oracle: none`. docs/ENVS.md, "Envs in the reference format", has it all as users read it.
+boxed, and a game in the reference's format (its `__init__` takes `max_turns`) without
+`solution()` (the reference's multi-turn template has none) passes every check but `oracle`,
+which cannot run: `EnvFacts.oracle` is False, and its record says `oracle: none`. A game in our
+format must define `solution()`: without it no check could tell a winnable game from one no
+agent can win (the coder wrote such a game, and it was accepted before this rule). docs/ENVS.md, "Envs in the reference format", has it all as users read it.
 
 Every check plays `solution()`'s actions as a model's reply reaches the env in `spade rollout`
 (sandbox/actions.py: a game's last balanced box), and an action holding a character no reply
@@ -255,12 +257,16 @@ def structure(tree: ast.Module) -> EnvClass:
     names = defined_names(node)
     tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
     reference_api = reference_tool_base.reference_api(tree)
+    reference_game = not tool_use and takes_max_turns(node)
     needed = ({"reset", "solution"} if reference_api else {"setup", "solution"}
-              if tool_use else {"reset", "step"})
+              if tool_use else {"reset", "step"} | ({"solution"} if not reference_game else set()))
     missing = needed - names.keys()
     if missing:
+        # a game without solution() would skip the oracle: only the reference's template may
+        why = (": a game defines solution(), the actions that win, so the oracle can check it "
+               "is winnable" if missing == {"solution"} and not tool_use else "")
         raise ContractError("structure", f"class {node.name} lacks "
-                            f"{', '.join(sorted(missing))}")
+                            f"{', '.join(sorted(missing))}{why}")
     own_api = tool_use and not reference_api
     overrides = sorted(tool_base.internal_names() & names.keys()) if own_api else []
     if overrides:

@@ -19,6 +19,8 @@ class TinyEnv:
         return "hi", {}
     def step(self, action):
         return "ok", 1.0, True, False, {}
+    def solution(self):
+        return [r"\\boxed{1}"]
 '''
 
 

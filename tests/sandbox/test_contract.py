@@ -175,10 +175,21 @@ class LookupEnv(ToolUseBaseEnv):
     (GAME.replace("class TinyEnv:", "class TinyEnv:\n    def __init__(self, max_turns=10, **kw):"
                   "\n        self.max_turns = max_turns\n"),
      EnvClass("TinyEnv", reference=True, solution=True)),
-    (GAME.split("    def solution")[0], EnvClass("TinyEnv", reference=False, solution=False)),
+    (GAME.replace("class TinyEnv:", "class TinyEnv:\n    def __init__(self, max_turns=10, **kw):"
+                  "\n        self.max_turns = max_turns\n").split("    def solution")[0],
+     EnvClass("TinyEnv", reference=True, solution=False)),
 ])
 def test_structure_tells_the_reference_format_and_a_missing_solution(source, expected):
     assert structure_of(source) == expected
+
+
+def test_a_game_in_our_format_without_solution_is_a_structure_reject():
+    """Without solution() no check can tell a winnable game from one no agent can win: the
+    coder wrote one that only its own observation's text could win, and it was accepted."""
+    with pytest.raises(ContractError) as caught:
+        structure_of(GAME.split("    def solution")[0])
+    assert caught.value.check == "structure"
+    assert caught.value.msg.startswith("class TinyEnv lacks solution: a game defines solution()")
 
 
 def test_a_reference_tool_use_env_needs_reset_and_solution_not_setup():

@@ -132,7 +132,7 @@ def test_a_game_without_reset_or_step_is_told_what_it_lacks(drop, missing):
 
 def test_a_game_lacking_both_methods_lists_them_sorted():
     source = "class TinyEnv:\n    x = 1\n"
-    assert rejected(structure_of, source).msg == "class TinyEnv lacks reset, step"
+    assert rejected(structure_of, source).msg == "class TinyEnv lacks reset, solution, step"
 
 
 def test_a_tool_use_env_needs_setup_and_solution():
@@ -174,10 +174,14 @@ def test_a_class_is_in_the_reference_format_when_its_init_takes_max_turns(init, 
     assert structure_of(source).reference is reference
 
 
-def test_a_game_without_solution_is_recorded_as_such():
-    source = GAME.replace("def solution(", "def _solution(")
-    assert structure_of(source) == contract.EnvClass("TinyEnv", False, False)
+def test_a_reference_game_without_solution_is_recorded_as_such():
+    reference = GAME.replace("class TinyEnv:\n", "class TinyEnv:\n    def __init__(self, "
+                             "max_turns=10, **kwargs):\n        self.max_turns = max_turns\n\n")
+    source = reference.replace("def solution(", "def _solution(")
+    assert structure_of(source) == contract.EnvClass("TinyEnv", True, False)
     assert structure_of(GAME) == contract.EnvClass("TinyEnv", False, True)
+    ours = GAME.replace("def solution(", "def _solution(")
+    assert rejected(structure_of, ours).msg.startswith("class TinyEnv lacks solution: ")
 
 
 # -- a restated ToolUseBaseEnv -------------------------------------------------------------------
