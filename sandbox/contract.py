@@ -117,8 +117,8 @@ class ContractError(Exception):
 @dataclass
 class Seeds:
     """One validation's seeds, all distinct: `used`, which the runtime checks play, and `spare`,
-    moved onto `used` in order, one at a time, only while every used seed gives the same
-    episode, so a game with few answers is not rejected because its fresh seeds agreed."""
+    moved onto `used` in order, one at a time, only while every used seed has the same
+    solution, so a game with few answers is not rejected because its fresh seeds agreed."""
 
     used: list[int]
     spare: list[int] = field(default_factory=list)
@@ -582,7 +582,7 @@ def solve(sandbox: Sandbox, source: str, seeds: Seeds, env: EnvClass) -> dict[in
 
         for seed in list(seeds.used):
             solve_one(seed)
-        while env.solution and same_episode(solved) and (seed := seeds.draw()) is not None:
+        while env.solution and same_solution(solved) and (seed := seeds.draw()) is not None:
             solve_one(seed)
         return solved
 
@@ -591,6 +591,12 @@ def same_episode(solved: dict[int, Solved]) -> bool:
     """Every seed gave the same first observation and solution."""
     episodes = list(solved.values())
     return all(episode == episodes[0] for episode in episodes)
+
+
+def same_solution(solved: dict[int, Solved]) -> bool:
+    """Every seed's solution is the same action list (whatever its observations say)."""
+    solutions = [episode.actions for episode in solved.values()]
+    return all(actions == solutions[0] for actions in solutions)
 
 
 def check_reset(probe: Probe, seeds: Sequence[int]) -> None:
@@ -788,9 +794,11 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
     solution (where it differs from this seed's), may win an episode by luck (a guess that happens
     to be right), so they fail the env only when they win most of their episodes (play stops once
     that is decided). This seed's own solution actions are never used: they contain the answer. An
-    env whose every seed gives the same episode (first observation and solution), the spare seeds
-    `solve` drew included, is won by replaying one solution from memory, so it fails; the same
-    answer alone (a low-entropy answer such as a letter) is allowed. An env without solution()
+    env whose every seed has the same solution, the spare seeds `solve` drew while they agreed
+    included (25 seeds: a game of k answers agrees on all by chance with probability k**-24), is
+    won by replaying one solution from memory, so it fails, whatever its observations say (the
+    coder wrote a game whose goal changed with the seed and whose winning text did not). An env
+    without solution()
     is checked by doing nothing and generic actions only: without its answers, seeds whose
     hidden state differs cannot be told from seeds that give the same episode (a code-breaking
     game shows the same rules on every seed, and generic guesses get the same "four digits,
@@ -810,6 +818,10 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
     if facts.oracle and same_episode(solved):
         raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode (does reset "
                             "ignore its seed?): one memorised action list wins every one")
+    if facts.oracle and len(seeds) > VALIDATION_SEEDS and same_solution(solved):
+        # spare seeds were drawn while the solutions agreed, and every one agreed too
+        raise ContractError("trivial", f"all {len(seeds)} seeds have the same solution (does the "
+                            "answer ignore the seed?): one memorised action list wins every one")
     pairs = [(seed, solved[other].actions[:facts.max_turns])
              for seed, other in zip(seeds, seeds[1:] + seeds[:1])
              if solved[other].actions not in (None, solved[seed].actions)]

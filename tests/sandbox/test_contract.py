@@ -6,8 +6,8 @@ to +-10) are played and checked."""
 import pytest
 
 from sandbox import reference_tool_base, tool_base
-from sandbox.contract import (DENIED_IMPORTS, MAX_TURNS_CAP, ContractError, EnvClass,
-                              runtime_checks)
+from sandbox.contract import (DENIED_IMPORTS, MAX_TURNS_CAP, SPARE_SEEDS, ContractError,
+                              EnvClass, Seeds, runtime_checks)
 from sandbox.jail import Sandbox
 from tests.sandbox.tiny_env import GAME, structure_of
 
@@ -136,13 +136,22 @@ def test_a_one_action_game_whose_answer_is_its_solution_passes(nsjail_ok):
     assert facts.class_name == "SloppyGuessEnv" and facts.max_turns == 5
 
 
-def test_the_same_answer_on_every_seed_passes_when_the_episodes_differ(nsjail_ok):
+def test_the_same_answer_on_every_seed_is_trivial_whatever_the_observation(nsjail_ok):
+    """A goal that changes with the seed and a winning text that does not (the coder's game):
+    one memorised answer wins every episode, over the 5 seeds and the 20 spare ones drawn."""
     same_answer = SLOPPY_GUESS.replace(
         'return "Guess a five-digit number with \\\\boxed{n}.", {}',
         'return f"Guess a five-digit number with \\\\boxed{{n}} (seed tag {self.secret}).", {}'
     ).replace("abs(int(found[-1]) - self.secret) < 100000", "int(found[-1]) == 12345").replace(
         '"\\\\boxed{%d}" % self.secret', '"\\\\boxed{12345}"')
     assert "seed tag" in same_answer and "== 12345" in same_answer
+    spares = list(range(1000, 1000 + SPARE_SEEDS))
+    with pytest.raises(ContractError) as caught:
+        runtime_checks(Sandbox(), same_answer, Seeds(list(SEEDS), spares))
+    assert caught.value.check == "trivial"
+    assert caught.value.msg.startswith(f"all {len(SEEDS) + SPARE_SEEDS} seeds have the same "
+                                       "solution")
+    # without spare seeds to tell luck from a fixed answer, five agreeing seeds are allowed
     assert runtime_checks(Sandbox(), same_answer, SEEDS).class_name == "SloppyGuessEnv"
 
 
