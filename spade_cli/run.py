@@ -385,8 +385,8 @@ class Engine:
                                   self.recipe.defaults.get("context-length"), self.sleep,
                                   self.settings.args, self.log, self.settings.start_timeout,
                                   layout=self.settings.layout)
-        where = self.settings.layout if serve.sleep_supported() else "the CPU"
-        summary.log_line(f"serve: engine started with {model} at {self.base_url} on {where} "
+        summary.log_line(f"serve: engine started with {model} at {self.base_url} on "
+                         f"{serve.placement(self.settings.layout)} "
                          f"in {time.monotonic() - started:.1f}s (log {self.log})", echo=True)
 
     def before(self, argv: list[str]) -> None:

@@ -84,7 +84,8 @@ def serve(
         # a `kill` stops the server like Ctrl-C does, instead of leaving it to PR_SET_PDEATHSIG
         signal.signal(signal.SIGTERM, interrupt)
         try:
-            print(f"serve: {model} as {engine.SERVED_NAME} at {server.base_url} on {layout}, "
+            print(f"serve: {model} as {engine.SERVED_NAME} at {server.base_url} on "
+                  f"{engine.placement(layout)}, "
                   f"ready in {time.monotonic() - started:.1f} s; Ctrl-C stops it", file=sys.stderr)
             print(server.base_url, flush=True)
             code = server.process.wait()

@@ -224,6 +224,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def placement(layout: "Layout") -> str:
+    """Where an engine runs, for a log line: its GPUs (`8 GPUs: 8 replicas x 1`), or the CPU
+    where there is no CUDA device (vLLM's CPU build)."""
+    return str(layout) if sleep_supported() else "the CPU"
+
+
 def sleep_supported() -> bool:
     """Whether this machine has a CUDA (or ROCm) device: where the trainer would share the GPU
     with the server, and where vLLM offers sleep mode."""
