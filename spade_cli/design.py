@@ -128,20 +128,17 @@ def design(
         def produce(journal):
             if not slots:
                 return
-            made = [record for record in journal.made if record.kind == "design"]
-            resumed.append(len(made))
-            progress.add_total(-len(made))  # the bar, its rate and eta: this run's designs
+            progress.add_total(-len(journal.made))  # the bar, its rate and eta: this run's designs
 
             def keep(record):  # counted as answered, not when the slots before it are
                 journal.keep(record)
                 progress.advance()
 
-            yield from stage.run(model_backend.get(), documents, memories, cfg, slots, made,
-                                 keep)
+            yield from stage.run(model_backend.get(), documents, memories, cfg, slots,
+                                 journal.made, keep)
 
-        resumed: list[int] = []
         with progress, model_backend:
-            emit("design", out, produce, config, stats, overwrite, f".{compress}")
-        kept = f" ({resumed[0]} made before a stop, kept)" if resumed and resumed[0] else ""
+            resumed = emit("design", out, produce, config, stats, overwrite, f".{compress}")
+        kept = f" ({resumed} made before a stop, kept)" if resumed else ""
         summarize("design", stats,
                   f"{stats.written['design']} designs for {len(slots)} slots{kept}")

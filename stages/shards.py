@@ -467,8 +467,9 @@ def _to_stdout(call: Callable[..., Any], *args: Any) -> None:
 
 def emit(stage: str, out: str, produce: Callable[[Journal], Iterator[Record]],
          config: dict[str, Any], stats: Stats, overwrite: bool = False,
-         suffix: str = ".jsonl") -> None:
-    """Write what a stage without input shards makes (one output shard, index 0).
+         suffix: str = ".jsonl") -> int:
+    """Write what a stage without input shards makes (one output shard, index 0), and return
+    how many records a stopped run had made and this one took back.
 
     `produce(journal)` yields every record of the output. Into a directory, `journal.made`
     holds the records a run with the same config made before it was stopped, and
@@ -481,6 +482,7 @@ def emit(stage: str, out: str, produce: Callable[[Journal], Iterator[Record]],
     run_stage(stage, [source], out, lambda _records: produce(journal), config, stats,
               overwrite=overwrite, suffix=suffix)
     journal.close()
+    return len(journal.made)
 
 
 class Journal:
