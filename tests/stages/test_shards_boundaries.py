@@ -726,6 +726,6 @@ def test_a_journal_of_another_config_or_an_overwrite_is_not_resumed(tmp_path):
         with pytest.raises(KeyboardInterrupt):
             emit("seeds", str(out), stops, {"n": 1}, Stats())
         seen = []
-        emit("seeds", str(out), made_before, config, Stats(), overwrite=overwrite)
-        assert seen == [0] and not list(out.glob("_journal-*"))
-    assert emit("seeds", "-", made_before, {}, Stats()) is None and seen == [0, 0]
+        taken_back = emit("seeds", str(out), made_before, config, Stats(), overwrite=overwrite)
+        assert taken_back == 0 and seen == [0] and not list(out.glob("_journal-*"))
+    assert emit("seeds", "-", made_before, {}, Stats()) == 0 and seen == [0, 0]
