@@ -469,7 +469,7 @@ def emit(stage: str, out: str, produce: Callable[[Journal], Iterator[Record]],
          config: dict[str, Any], stats: Stats, overwrite: bool = False,
          suffix: str = ".jsonl") -> int:
     """Write what a stage without input shards makes (one output shard, index 0), and return
-    how many records a stopped run had made and this one took back.
+    how many records the journal of a stopped run held (`journal.made`, offered to `produce`).
 
     `produce(journal)` yields every record of the output. Into a directory, `journal.made`
     holds the records a run with the same config made before it was stopped, and
