@@ -190,7 +190,7 @@ def train_grpo(
         if info["per_turn_fallbacks"]:
             parts.append(f"{info['per_turn_fallbacks']} plays trained turn by turn")
         if info.get("from_memory"):
-            parts.append("started from the trainer's memory")
+            parts.append(f"started from the trainer's memory ({', '.join(info['from_memory'])})")
         parts += [f"{part} {t:.1f} s" for part, t in info.get("seconds", {}).items()]
         if info["skipped"]:
             parts.append("skipped " + ", ".join(f"{k} {v}" for k, v in info["skipped"].items()))

@@ -22,8 +22,9 @@ master weights, never from the export (a bf16 export would swallow a 1e-6 update
 built with its parameters on the meta device and filled once, so no rank holds a full copy it
 then throws away: trainer state is read shard by shard; a model without it (the initial model)
 is read by the main rank and broadcast into the shards. The anchor and the LoRA base are read
-from the export. A resident trainer (stages/train_ranks.py) fills the next round's policy from
-the host copy it kept of the checkpoint it wrote, not from disk. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
+from the export. A resident trainer (stages/train_ranks.py) fills the next round's policy (and
+KL anchor) from the host copy it kept of the checkpoint it wrote (and of the anchor), not from
+disk, and lets each part of that copy go once it is in the model. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
 resume with their optimizer state.
 """
 
@@ -36,7 +37,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from stages import parallel
+from stages import attention, parallel
 
 TRAINER_DIR = "trainer"
 STATE_FILE = "trainer_state.json"
@@ -62,10 +63,12 @@ def parameters_on_meta(torch):
 
 
 def skeleton(torch, transformers, model_dir: str, dtype):
-    """The model of `model_dir` with meta parameters and real buffers, and those buffers."""
+    """The model of `model_dir` with meta parameters and real buffers, and those buffers. It
+    attends over packed rows through stages/attention.py (no [T, T] mask)."""
     config = transformers.AutoConfig.from_pretrained(model_dir)
     with parameters_on_meta(torch):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation=attention.register(transformers))
     return model, {name: buffer.clone() for name, buffer in model.named_buffers()}
 
 
@@ -138,8 +141,10 @@ def fill(torch, transformers, model, optimizer, model_dir: str, layout: parallel
         from torch.distributed.checkpoint.state_dict import (set_model_state_dict,
                                                              set_optimizer_state_dict)
 
-        set_model_state_dict(model, kept["model"])
-        set_optimizer_state_dict(model, optimizer, kept["optimizer"])
+        # popped: each host copy is let go as soon as it is in the model
+        set_model_state_dict(model, kept.pop("model"))
+        if optimizer is not None:
+            set_optimizer_state_dict(model, optimizer, kept.pop("optimizer"))
         return
     if trainer_state and has_trainer_state(model_dir):
         return _read_trainer_state(model, optimizer, Path(model_dir) / TRAINER_DIR, layout)
@@ -152,16 +157,19 @@ def fill(torch, transformers, model, optimizer, model_dir: str, layout: parallel
         _set_full_optimizer_state(model, optimizer, _named(moments, model), layout)
 
 
-def host_state(model, optimizer) -> dict:
-    """This rank's shards of the weights and optimizer state, in host memory: what a resident
-    trainer keeps between rounds, so the GPUs are free for the engine."""
+def host_state(model, optimizer=None) -> dict:
+    """This rank's shards of the weights (and optimizer state, given an optimizer), in host
+    memory: what a resident trainer keeps between rounds, so the GPUs are free for the engine.
+    Shards offloaded to the host already are kept as they are, not copied."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                          get_model_state_dict,
                                                          get_optimizer_state_dict)
 
     options = StateDictOptions(cpu_offload=True)
-    return {"model": get_model_state_dict(model, options=options),
-            "optimizer": get_optimizer_state_dict(model, optimizer, options=options)}
+    state = {"model": get_model_state_dict(model, options=options)}
+    if optimizer is not None:
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer, options=options)
+    return state
 
 
 def _read_trainer_state(model, optimizer, path: Path, layout: parallel.Layout) -> None:
@@ -239,9 +247,10 @@ def _one_process_quietly():
 
 
 def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtype,
-         layout: parallel.Layout) -> None:
+         layout: parallel.Layout, device: str = "cpu") -> None:
     """`out` written whole or not at all (see the module docstring); every rank calls it.
-    A peft `model` (LoRA) is written as its adapter, on the base `state[BASE_KEY]` names."""
+    A peft `model` (LoRA) is written as its adapter, on the base `state[BASE_KEY]` names.
+    `device`: where the export's weights travel to the main rank (export_weights)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
                                                          get_optimizer_state_dict)
@@ -257,7 +266,7 @@ def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtyp
                   "optimizer": get_optimizer_state_dict(model, optimizer, options=options)},
                  checkpoint_id=str(tmp / TRAINER_DIR), no_dist=not parallel.grouped())
     adapter = is_adapter(model)
-    weights = {} if adapter else export_weights(torch, model, export_dtype, layout)
+    weights = {} if adapter else export_weights(torch, model, export_dtype, layout, device)
     if layout.main:
         if adapter:  # LoRA trains on one rank: peft writes the adapter folder (fp32 weights)
             for config in model.peft_config.values():
@@ -273,19 +282,23 @@ def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtyp
     parallel.barrier(layout)
 
 
-def export_weights(torch, model, dtype, layout: parallel.Layout) -> dict:
+def export_weights(torch, model, dtype, layout: parallel.Layout, device: str = "cpu") -> dict:
     """The model's weights whole, floating ones in `dtype`, on the main rank's CPU ({} on the
-    others): gathered one tensor at a time, so no rank holds more than the export itself. A
-    tied weight (an output head that is the embedding) is written once, under its first name,
-    as save_pretrained writes a whole model."""
+    others): each tensor cast where it lies, then gathered to the main rank alone, one at a
+    time through `device` (parallel.gather_to_main), so no rank but the main one receives the
+    model and none holds more than the export itself. A tied weight (an output head that is
+    the embedding) is written once, under its first name, as save_pretrained writes a whole
+    model."""
     weights, seen = {}, set()
     for name, tensor in model.state_dict(keep_vars=True).items():  # keep_vars: tied are one
         if id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        whole = parallel.full_tensor(tensor.detach())
+        value = tensor.detach()
+        whole = parallel.gather_to_main(torch, value.to(dtype) if value.is_floating_point()
+                                        else value, layout, device)
         if layout.main:
-            weights[name] = (whole.to(dtype) if whole.is_floating_point() else whole).cpu()
+            weights[name] = whole.cpu()
     return weights
 
 

@@ -101,8 +101,12 @@ def shard(torch, model, bf16: bool, offload: bool = False) -> None:
     from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard,
                                         register_fsdp_forward_method)
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if bf16 else MixedPrecisionPolicy()
+    # cast_forward_inputs off: FSDP2 would cast every float it finds in the forward's
+    # arguments, dataclasses included, and so score tokens at a bf16 temperature (0.6 becomes
+    # 0.6015625); the embeddings make the activations bf16 anyway
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                  cast_forward_inputs=False) \
+        if bf16 else MixedPrecisionPolicy(cast_forward_inputs=False)
     # pinned host memory speeds the copies, and exists only where there is an accelerator
     offloaded = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else None
     units = transformer_blocks(model) + [model]
@@ -161,6 +165,32 @@ def max_over_ranks(torch, value: int, layout: Layout, device: str = "cpu") -> in
     total = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(total, op=dist.ReduceOp.MAX)
     return int(total.item())
+
+
+def gather_to_main(torch, value, layout: Layout, device: str):
+    """A weight whole on the main rank, None on the others; every rank calls it. A sharded
+    weight (FSDP2 splits dim 0 as torch.chunk does) travels once, each rank's rows to the main
+    rank through `device` (a GPU's NCCL where there is one, offloaded shards too), rather than
+    to every rank as `full_tensor` would send it."""
+    if not hasattr(value, "to_local"):
+        return value if layout.main else None
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard
+
+    if value.device_mesh.ndim != 1 or tuple(value.placements) != (Shard(0),):
+        whole = value.full_tensor()  # a layout FSDP2 does not make: the plain way
+        return whole if layout.main else None
+    world = value.device_mesh.size()
+    rows = [len(part) for part in torch.empty(value.shape[0], device="meta").chunk(world)]
+    rows += [0] * (world - len(rows))
+    local = value.to_local().to(device)
+    if local.shape[0] < max(rows):  # gather takes equal sizes: pad to the largest share
+        local = torch.cat([local, local.new_zeros((max(rows) - local.shape[0],
+                                                   *local.shape[1:]))])
+    group = value.device_mesh.get_group()
+    parts = [torch.empty_like(local) for _ in range(world)] if layout.main else None
+    dist.gather(local.contiguous(), parts, group=group, group_dst=0)
+    return torch.cat([part[:n] for part, n in zip(parts, rows)]) if layout.main else None
 
 
 def full_tensor(value):

@@ -312,7 +312,8 @@ class Policy:
     read and written is stages/checkpoint.py."""
 
     def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None,
-                 layout: parallel.Layout = parallel.Layout(), kept: dict | None = None):
+                 layout: parallel.Layout = parallel.Layout(), kept: dict | None = None,
+                 kept_anchor: dict | None = None):
         from stages.backends.hf import import_torch_transformers, pick_device
 
         from stages.backends import check_local_model
@@ -349,7 +350,8 @@ class Policy:
             # bf16 where the policy computes in bf16 anyway (autocast): the same numbers in
             # half the memory of fp32
             check_local_model(anchor or model_dir)
-            self.anchor, _ = self._load(anchor or model_dir, self.export_dtype, trainable=False)
+            self.anchor, _ = self._load(anchor or model_dir, self.export_dtype, trainable=False,
+                                        kept=kept_anchor)
             self.anchor.eval()
 
     def _load(self, model_dir: str, dtype, trainable: bool, kept: dict | None = None):
@@ -449,10 +451,16 @@ class Policy:
         if self.cfg.lora_rank:
             state = {**state, checkpoint.BASE_KEY: self.base}
         checkpoint.save(torch, self.model, self.optimizer, self.tokenizer, out, state,
-                        self.export_dtype, self.layout)
+                        self.export_dtype, self.layout, self.device)
 
     def host_state(self) -> dict:
         return checkpoint.host_state(self.model, self.optimizer)
+
+    def anchor_host_state(self) -> dict | None:
+        """The KL anchor's shards in host memory; None without an anchor of its own."""
+        if self.anchor is None or self.anchor is self.model:
+            return None
+        return checkpoint.host_state(self.anchor)
 
     def close(self) -> None:
         """Let go of the model, its KL anchor and the optimizer state; on CUDA their memory goes
@@ -684,37 +692,15 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
     policy.optimizer.zero_grad(set_to_none=True)
     for rows, counts in _rank_passes(samples, chosen, cfg, policy.layout):
         chunk = [samples[i] for i in rows]
-        packed = policy.pack(chunk)
-        logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
+        weights = [weight_of[i] if counts else 0.0 for i in rows]
+        loss, entropy, parts = _micro_batch(policy, chunk, rows, start, weights, cfg)
         if not counts:  # a replay that keeps this rank in step with the others: weight 0
-            (logp.sum() * 0.0).backward()
             continue
-        forward_tokens += packed.tokens
-        real_tokens += sum(len(s.ids) for s in chunk)
-        if any(start[i] is None for i in rows):  # the policy has not moved since the update began
-            for index, values in zip(rows, logp.detach().cpu().split(packed.counts)):
-                start[index] = values
-
-        def per_token(values: list[float]):
-            return torch.tensor([v for s, v in zip(chunk, values)
-                                 for _ in s.loss_positions], device=logp.device,
-                                dtype=logp.dtype)
-
-        old = torch.cat([start[i] for i in rows]).to(logp.device)
-        sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs],
-                               device=logp.device, dtype=logp.dtype)
-        loss_terms, parts = token_loss(torch, logp, old, sampled,
-                                       per_token([s.advantage for s in chunk]), cfg)
-        if policy.anchor is not None:
-            with torch.no_grad():
-                anchored = policy.anchor_logprobs(packed)
-            kl = kl_k3(torch, logp, anchored)
-            loss_terms = loss_terms + cfg.kl_beta * kl
-            parts["kl_ref"] = float(kl.detach().sum())
-        loss = (loss_terms * per_token([weight_of[i] for i in rows])).sum()
-        loss.backward()
-        sums["loss"] += float(loss.detach())
-        sums["entropy"] += float(entropy.sum())
+        tokens = sum(len(s.ids) for s in chunk)  # packed side by side: no padding
+        forward_tokens += tokens
+        real_tokens += tokens
+        sums["loss"] += loss
+        sums["entropy"] += entropy
         for key, value in parts.items():
             sums[key] += value
     sums = parallel.sum_over_ranks(torch, dict(sums, forward=forward_tokens, real=real_tokens),
@@ -746,6 +732,40 @@ def _optimizer_step(policy: Policy, samples: list[Sample], chosen: list[int], st
         meta["peak_memory_bytes"] = peak_bytes  # the largest of any rank
     return Train(step=step, role="+".join(sorted({s.role for s in batch})), stats=stats,
                  parents=sorted({s.source for s in batch})[:1000], meta=meta)
+
+
+def _micro_batch(policy: Policy, chunk: list[Sample], rows: list[int], start: list,
+                 weights: list[float], cfg: Config) -> tuple[float, float, dict]:
+    """One micro-batch's forward and backward, with each sample's loss weighted as `weights`
+    says: (its loss, entropy sum, loss parts). A replay pass (weights 0) runs exactly this,
+    every forward included, so every rank issues the same collectives (FSDP2's all-gathers of
+    the policy and of the KL anchor) in every pass. Fills in `start` where it is still None:
+    the first optimizer step's samples, whose start is the policy of this very forward."""
+    torch = policy.torch
+    packed = policy.pack(chunk)
+    logp, entropy = policy.logprobs(policy.model, packed, with_entropy=True)
+    for row, values in zip(rows, logp.detach().cpu().split(packed.counts)):
+        if start[row] is None:
+            start[row] = values
+
+    def per_token(per_sample: list[float]):
+        return torch.tensor([v for s, v in zip(chunk, per_sample) for _ in s.loss_positions],
+                            device=logp.device, dtype=logp.dtype)
+
+    old = torch.cat([start[i] for i in rows]).to(logp.device)
+    sampled = torch.tensor([lp for s in chunk for lp in s.sampled_logprobs],
+                           device=logp.device, dtype=logp.dtype)
+    loss_terms, parts = token_loss(torch, logp, old, sampled,
+                                   per_token([s.advantage for s in chunk]), cfg)
+    if policy.anchor is not None:
+        with torch.no_grad():
+            anchored = policy.anchor_logprobs(packed)
+        kl = kl_k3(torch, logp, anchored)
+        loss_terms = loss_terms + cfg.kl_beta * kl
+        parts["kl_ref"] = float(kl.detach().sum())
+    loss = (loss_terms * per_token(weights)).sum()
+    loss.backward()
+    return float(loss.detach()), float(entropy.sum()), parts
 
 
 def token_loss(torch, logp, old, sampled, advantages, cfg: Config):
@@ -811,12 +831,15 @@ def start_model(model_dir: str) -> str:
 
 @dataclass
 class Resident:
-    """What a resident trainer (stages/train_ranks.py) keeps between runs: this rank's host
-    copy of the state of the checkpoint it wrote last, for the run that trains from it."""
+    """What a resident trainer (stages/train_ranks.py) keeps between runs, in host memory: this
+    rank's shards of the checkpoint it wrote last (weights and AdamW state), for the run that
+    trains from it, and of the KL anchor, which every run of a recipe anchors to."""
 
     checkpoint: str | None = None
     structure: tuple = ()  # the settings the state's shapes depend on
     state: dict | None = None
+    anchor: str | None = None
+    anchor_state: dict | None = None
 
     def take(self, model_dir: str, cfg: Config) -> dict | None:
         """The kept state if `model_dir` is that checkpoint (and no longer kept: the policy
@@ -826,13 +849,21 @@ class Resident:
             self.structure == _structure(cfg)
         return state if fits else None
 
-    def keep(self, out: Path, cfg: Config, policy: "Policy") -> None:
+    def take_anchor(self, anchor: str, cfg: Config) -> dict | None:
+        """The kept anchor if it is `anchor`'s, likewise handed over."""
+        state, self.anchor_state = self.anchor_state, None
+        fits = self.anchor == os.path.normpath(anchor) and self.structure == _structure(cfg)
+        return state if fits else None
+
+    def keep(self, out: Path, cfg: Config, policy: "Policy", anchor: str) -> None:
         if not cfg.lora_rank:  # LoRA runs have no server mode, so no resident trainer
             self.checkpoint, self.structure = os.path.normpath(out), _structure(cfg)
             self.state = policy.host_state()
+            self.anchor, self.anchor_state = os.path.normpath(anchor), \
+                policy.anchor_host_state()
 
     def close(self) -> None:
-        self.state = None
+        self.state = self.anchor_state = None
         parallel.stop()
 
 
@@ -876,9 +907,13 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     start = start_model(model_dir)
     anchor = cfg.kl_anchor or start
     kept = resident.take(model_dir, cfg) if resident else None
-    policy = Policy(model_dir, cfg, anchor, layout, kept)
+    kept_anchor = resident.take_anchor(anchor, cfg) if resident and cfg.kl_beta > 0 else None
+    # the policy empties what it was handed as it fills: no second host copy stays
+    policy = Policy(model_dir, cfg, anchor, layout, kept, kept_anchor)
     info.update(trainable_parameters=policy.trainable, parameters=policy.parameters,
-                from_memory=kept is not None)
+                from_memory=[part for part, state in (("policy", kept),
+                                                      ("KL anchor", kept_anchor))
+                             if state is not None])
     try:
         trained = []
         began = time.monotonic()
@@ -896,9 +931,11 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
         # where a round's trainer time goes (it varies between reruns: not in the state)
         info["seconds"] = {**seconds, "save": time.monotonic() - began}
         if resident:
-            resident.keep(out, cfg, policy)
+            resident.keep(out, cfg, policy, anchor)
     finally:
         policy.close()
-        if not resident:
+        if resident:  # no rank reports done while another still holds its GPU (the engine
+            parallel.barrier(layout)  # wakes into that memory next)
+        else:
             parallel.stop()
     return [t.model_copy(update={"policy": str(out)}) for t in trained], out, info

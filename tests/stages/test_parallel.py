@@ -38,9 +38,9 @@ def plays_file(tmp_path_factory):
     return path
 
 
-def train(args, **kwargs):
+def train(args, timeout=300, **kwargs):
     done = subprocess.run([sys.executable, "-m", "spade_cli", "train-grpo", *args],
-                          capture_output=True, text=True, timeout=300, **kwargs)
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -92,6 +92,33 @@ def test_two_offloaded_ranks_make_the_same_update(plays_file, tiny_model, one_ra
     train([str(plays_file), "-m", tiny_model, "--ckpt-dir", str(ckpt), "--nproc", "2",
            "--cpu-offload", *TRAIN])
     assert largest_difference(weights(single), weights(ckpt / "step-000001")) < 1e-5
+
+
+KL = ["--lr", "1e-3", "--micro-batch-tokens", "60", "--kl-beta", "0.5"]
+
+
+def test_a_kl_round_on_two_ranks_with_a_replay_pass_finishes_with_the_one_rank_update(
+        plays_file, tiny_model, one_rank, tmp_path):
+    """A rank with fewer micro-batches replays one at weight 0; with a KL anchor that replay
+    must run the anchor's forward too, or the ranks' all-gathers stop pairing up (a hang).
+    From a trained checkpoint, so the policy differs from its anchor and KL pulls."""
+    from stages import shards
+    from stages import train_grpo as stage
+
+    samples, _ = stage.build_samples(shards.read([str(plays_file)]), stage.Config())
+    chosen = list(range(len(samples)))
+    passes = [stage._rank_passes(samples, chosen, stage.Config(micro_batch_tokens=60),
+                                 parallel.Layout(rank, 2)) for rank in (0, 1)]
+    assert any(not counts for share in passes for _, counts in share)  # a replay happens
+    start, _ = one_rank
+    runs = {nproc: train([str(plays_file), "-m", str(start), "--ckpt-dir",
+                          str(tmp_path / str(nproc)), "--nproc", str(nproc), *KL], timeout=120)
+            for nproc in (1, 2)}
+    one, two = (weights(tmp_path / str(nproc) / "step-000002") for nproc in (1, 2))
+    assert largest_difference(one, two) < 1e-5
+    (kl_one,), (kl_two,) = ([json.loads(line)["stats"]["kl_ref"]
+                             for line in runs[n].stdout.splitlines()] for n in (1, 2))
+    assert kl_one > 0 and kl_two == pytest.approx(kl_one, rel=1e-5)
 
 
 @pytest.mark.gpu
@@ -188,3 +215,42 @@ def test_ranks_share_micro_batches_by_tokens_and_make_as_many_passes():
               for rank in (0, 1)]
     assert passes[0] == [([0], True), ([0], False)]  # its replay keeps the collectives even
     assert passes[1] == [([1, 2], True), ([3], True)]
+
+
+def _gather_on_rank(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        layout = parallel.Layout(rank, 2)
+        for rows in (5, 1):  # shares 3 + 2, and 1 + an empty one
+            whole = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3)
+            sharded = distribute_tensor(whole, mesh, [Shard(0)])
+            got = parallel.gather_to_main(torch, sharded, layout, "cpu")
+            results.put((rank, rows, None if got is None else got.tolist(), whole.tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_sharded_weight_is_gathered_whole_to_the_main_rank_only():
+    """The export's path: uneven shares (FSDP2 splits dim 0 as torch.chunk does) come back in
+    order on rank 0; the other rank receives nothing."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    workers = [context.Process(target=_gather_on_rank, args=(rank, port, results))
+               for rank in (0, 1)]
+    for worker in workers:
+        worker.start()
+    got = [results.get(timeout=120) for _ in range(4)]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    for rank, rows, gathered, whole in got:
+        assert gathered == (whole if rank == 0 else None), (rank, rows)

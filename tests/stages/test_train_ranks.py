@@ -44,15 +44,17 @@ def exported(step):
     return load_file(str(step / "model.safetensors"))
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_resident_ranks_train_what_new_processes_train(plays_file, tiny_model, tmp_path, nproc):
+@pytest.mark.parametrize("nproc, kl", [(1, []), (2, ["--kl-beta", "0.5"])])
+def test_resident_ranks_train_what_new_processes_train(plays_file, tiny_model, tmp_path, nproc,
+                                                       kl):
+    """On two ranks with a KL anchor, which the resident ranks keep across rounds too."""
     cold, _ = two_rounds(plays_file, tiny_model, tmp_path / "cold",
-                         *(["--nproc", str(nproc)] if nproc > 1 else []))
+                         *(["--nproc", str(nproc)] if nproc > 1 else []), *kl)
     jobs = tmp_path / "jobs"
     ranks = train_ranks.start(nproc, jobs)
     try:
         warm, said = two_rounds(plays_file, tiny_model, tmp_path / "warm", "--trainer",
-                                str(jobs))
+                                str(jobs), *kl)
     finally:
         train_ranks.stop(ranks, jobs)
     assert ranks.returncode == 0
@@ -62,7 +64,10 @@ def test_resident_ranks_train_what_new_processes_train(plays_file, tiny_model, t
         a, b = exported(tmp_path / "cold" / step), exported(tmp_path / "warm" / step)
         assert all(torch.equal(a[k], b[k]) for k in a)
     # the second round started from the state the first left in memory, not from disk
-    assert "memory" not in said[0] and "started from the trainer's memory" in said[1]
+    memory = "policy, KL anchor" if kl else "policy"
+    assert "memory" not in said[0] and f"started from the trainer's memory ({memory})" in said[1]
+    if kl:
+        assert warm[1]["stats"]["kl_ref"] > 0  # the second round's policy left its anchor
 
 
 def test_a_trainer_that_dies_is_exit_69(plays_file, tiny_model, tmp_path):
