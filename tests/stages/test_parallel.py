@@ -254,3 +254,47 @@ def test_a_sharded_weight_is_gathered_whole_to_the_main_rank_only():
     assert [worker.exitcode for worker in workers] == [0, 0]
     for rank, rows, gathered, whole in got:
         assert gathered == (whole if rank == 0 else None), (rank, rows)
+
+
+def test_a_bf16_sharded_forward_scores_tokens_at_the_sampling_temperature(tiny_model,
+                                                                           monkeypatch):
+    """FSDP2 casts the float inputs of a forward to its param dtype unless told not to, and
+    its walk enters dataclasses: 0.6 would reach the head as bf16 0.6015625."""
+    import functools
+
+    import transformers
+
+    from stages import checkpoint, packing
+
+    seen = []
+    head_logprobs = packing.head_logprobs
+
+    def spy(torch_, head, hidden, targets, temperatures, *args, **kwargs):
+        seen.append((hidden.dtype, temperatures.dtype, temperatures.tolist()))
+        return head_logprobs(torch_, head, hidden, targets, temperatures, *args, **kwargs)
+
+    monkeypatch.setattr(packing, "head_logprobs", spy)
+    layout = parallel.Layout()
+    parallel.start(torch, layout, "cpu", fsdp=True)  # a group of one
+    try:
+        model, buffers = checkpoint.skeleton(torch, transformers, tiny_model, torch.float32)
+        model.loss_logprobs = functools.partial(packing.loss_logprobs, torch, model)
+        parallel.shard(torch, model, bf16=True)
+        checkpoint.materialize(model, buffers, "cpu", "cpu")
+        checkpoint.fill(torch, transformers, model, None, tiny_model, layout,
+                        trainer_state=False)
+        sequence = packing.pack(torch, [stage_sample(0.6)], "cpu")
+        with torch.no_grad():
+            model.loss_logprobs(sequence, False)
+    finally:
+        parallel.stop()
+    ((hidden, dtype, temperatures),) = seen
+    assert hidden == torch.bfloat16  # the forward did run in bf16
+    assert dtype == torch.float32 and temperatures == [torch.tensor(0.6).item()] * 3
+
+
+def stage_sample(temperature: float):
+    from stages import train_grpo as stage
+
+    return stage.Sample.of_turn("agent", list(range(10, 27)), [30, 31, 32], [-1.0] * 3, 1.0,
+                                temperature, "p0")
