@@ -36,6 +36,10 @@ def run(
     gpu_memory: Annotated[float | None, typer.Option(
         min=1, metavar="GIB", help="--plan: memory per GPU in GiB (default: this machine's "
                                    "first CUDA device, else 80).")] = None,
+    host_memory: Annotated[float | None, typer.Option(
+        min=1, metavar="GIB", help="--plan: host memory of the node in GiB (default: this "
+                                   "machine's, when it has the GPUs planned for; else not "
+                                   "checked).")] = None,
 ) -> None:
     """Run a recipe: design, validate, hint, rollouts, score-regret, train-grpo, eval per round.
 
@@ -54,12 +58,14 @@ def run(
         spade run recipes/quickstart.toml
         spade run recipes/quickstart.toml --dry-run > pipeline.sh
         spade run recipes/qwen3-4b-games.toml --plan --gpus 8 --gpu-memory 80
+        spade run recipes/qwen3-30b-a3b-games.toml --plan --gpus 8 --gpu-memory 80 --host-memory 1024
 
     `--plan` prints, per stage, the GPUs it uses and its memory per GPU (weights, grads,
-    optimizer, activations at the recipe's context length and micro-batch, logits, KV cache),
-    and exits 65 naming the first stage that does not fit. A real run makes the same check
-    against this machine's GPUs before round 0 (none without a CUDA device), and checks that
-    a `[model] init` directory is a model (exit 66 when it is not).
+    optimizer, activations at the recipe's context length and micro-batch, logits, KV cache)
+    and the host memory it needs on the node, and exits 65 naming the first stage that does
+    not fit. A real run makes the same check against this machine's GPUs and available host
+    memory before round 0 (none without a CUDA device), and checks that a `[model] init`
+    directory is a model (exit 66 when it is not).
 
     Paths: `run_dir` is read against the working directory; a relative `[model] path` against
     run_dir (so two runs never share a model). A run holds RUN/run.lock while it runs: a
@@ -71,7 +77,7 @@ def run(
     with errors_to_exit("run"):
         recipe = recipes.load(recipe_path, rounds)
         if plan:
-            show_plan(recipe, gpus, gpu_memory)
+            show_plan(recipe, gpus, gpu_memory, host_memory)
         elif dry_run:
             print_pipeline(recipe, from_round)
         else:
@@ -110,15 +116,20 @@ def recipe_plan(recipe, box) -> tuple[list, object]:
     return plan.stage_rows(shape, stages, recipe.defaults, recipe.serve, box), shape
 
 
-def show_plan(recipe, gpus: int | None, gpu_memory: float | None) -> None:
+def show_plan(recipe, gpus: int | None, gpu_memory: float | None,
+              host_memory: float | None) -> None:
     """`--plan`: the table on stdout; RecordError (exit 65) naming the first stage that does
     not fit."""
     from stages import plan
     from stages.records import RecordError
 
     here = local_gpus() if gpus is None or gpu_memory is None else None
+    # this machine's host memory stands for the node only when its GPUs are the ones planned
+    host = host_memory * plan.GiB if host_memory else (local_host_memory(total=True)
+                                                        if here and not gpus else None)
     box = plan.Box(gpus or (len(here) if here else 8),
-                   int((gpu_memory or (here[0][1] / plan.GiB if here else 80)) * plan.GiB))
+                   int((gpu_memory or (here[0][1] / plan.GiB if here else 80)) * plan.GiB),
+                   int(host) if host else None)
     rows, shape = recipe_plan(recipe, box)
     print_plan(recipe, rows, shape, box)
     misfit = plan.first_misfit(rows)
@@ -139,23 +150,24 @@ def print_plan(recipe, rows, shape, box) -> None:
     def gib(value: int) -> str:
         return f"{value / plan.GiB:.1f}" if value else "-"
 
+    host = f", {box.host_memory / plan.GiB:.0f} GiB of host memory" if box.host_memory else ""
     table = Table(title=f"spade run --plan: {recipe.name} on {box.gpus} "
                         f"GPU{'s' if box.gpus != 1 else ''} of "
-                        f"{box.gpu_memory / plan.GiB:.1f} GiB; GiB per GPU; {shape.name} "
-                        f"({shape.params / 1e9:.2f}B parameters) from {shape.source}",
-                  title_justify="left")
+                        f"{box.gpu_memory / plan.GiB:.1f} GiB{host}; GiB per GPU, host GiB "
+                        f"per node; {shape.name} ({shape.params / 1e9:.2f}B parameters) from "
+                        f"{shape.source}", title_justify="left")
     for column in ("stage", "GPUs", "weights", "grads", "optimizer", "activations", "logits",
-                   "KV cache", "peak", "fits", "note"):
+                   "KV cache", "peak", "host", "fits", "note"):
         table.add_column(column, justify="left" if column in ("stage", "fits", "note")
                          else "right")
     for row in rows:
         m = row.memory
         cells = [row.stage, str(row.gpus)]
         if m is None:
-            cells += ["-"] * 7 + ["yes"]
+            cells += ["-"] * 8 + ["yes"]
         else:
             cells += [gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations),
-                      gib(m.logits), gib(m.kv_cache), gib(m.peak),
+                      gib(m.logits), gib(m.kv_cache), gib(m.peak), f"{row.host / plan.GiB:.0f}",
                       "yes" if row.fits else "NO"]
         table.add_row(*(Text(terminal_safe(cell)) for cell in cells + [row.note]))
     # wide enough for every column when the table goes to a file or a pipe
@@ -168,7 +180,11 @@ def print_plan(recipe, rows, shape, box) -> None:
           f"parts add up to more). A trainer fits when its peak and {plan.RESERVE / plan.GiB:g}"
           f" GiB (CUDA context, NCCL, fragmentation) fit the GPU; an engine (vLLM takes its "
           f"share of the GPU) when one full-context sequence's KV cache fits beside its "
-          f"weights.")
+          f"weights. host: what the stage holds in the node's host memory at its worst "
+          f"(offloaded or kept training state, the main rank's export, "
+          f"{plan.RANK_HOST / plan.GiB:g} GiB a trainer rank and "
+          f"{plan.ENGINE_HOST / plan.GiB:g} GiB an engine GPU for their runtimes)"
+          f"{'' if box.host_memory else '; not checked: give --host-memory'}.")
 
 
 def local_gpus() -> list[tuple[int, int]] | None:
@@ -203,7 +219,7 @@ def check_devices(recipe) -> None:
     here = local_gpus()
     if not here:
         return
-    box = plan.Box(len(here), min(free for free, _ in here))
+    box = plan.Box(len(here), min(free for free, _ in here), local_host_memory())
     try:
         rows, _ = recipe_plan(recipe, box)
     except RecordError as exc:
@@ -213,7 +229,21 @@ def check_devices(recipe) -> None:
     if misfit is not None:
         raise RecordError(f"stage {misfit.stage} {misfit.problem}, on this machine's "
                           f"{box.gpus} GPUs with {box.gpu_memory / plan.GiB:.1f} GiB free each "
+                          f"and {box.host_memory / plan.GiB:.0f} GiB of host memory available "
                           f"(spade run --plan shows every stage)", recipe.path)
+
+
+def local_host_memory(total: bool = False) -> int | None:
+    """This machine's host memory in bytes: what is available now (MemAvailable), or its
+    total; None where /proc/meminfo does not say."""
+    import re
+
+    try:
+        info = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    found = re.search(rf"^{'MemTotal' if total else 'MemAvailable'}:\s+(\d+) kB", info, re.M)
+    return int(found.group(1)) * 1024 if found else None
 
 
 def print_pipeline(recipe, from_round: int) -> None:

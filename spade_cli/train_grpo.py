@@ -69,9 +69,13 @@ def train_grpo(
                                    "output head) or a comma list of module name suffixes.")
     ] = "auto",
     gradient_checkpointing: Annotated[bool, typer.Option(help="Trade compute for memory.")] = False,
-    cpu_offload: Annotated[bool, typer.Option(
-        help="Keep the sharded weights, gradients and AdamW state in host memory (FSDP2 "
-             "offload): for models whose training state does not fit the GPUs.")] = False,
+    offload: Annotated[str, typer.Option(
+        metavar="none|optimizer|all|auto",
+        help="What lives in host memory: none; optimizer (AdamW's moments and its step, as "
+             "the reference's --optimizer-cpu-offload: 8 bytes a parameter off the GPUs); all "
+             "(FSDP2's offload of the weights, gradients and AdamW: the least GPU memory, "
+             "bound by PCIe); auto (the least of these the memory plan says fits the GPUs' "
+             "free memory this round).")] = "none",
     trainer: Annotated[str, typer.Option(
         metavar="JOBS", help="Train on the resident ranks of `spade trainer JOBS` instead of "
                              "in this process (their --nproc is the ranks).")] = "",
@@ -104,6 +108,7 @@ def train_grpo(
     from pathlib import Path
 
     from stages import parallel, train_ranks
+    from stages.plan import OFFLOADS
     from stages.backends import check_model_files
     from stages import train_grpo as stage
     from stages.shards import Stats, emit, read
@@ -134,7 +139,7 @@ def train_grpo(
                            mask_truncated=mask_truncated,
                            mask_malformed_tool_calls=mask_malformed_tool_calls,
                            lora_rank=lora_rank, lora_targets=lora_targets,
-                           cpu_offload=cpu_offload,
+                           offload=offload,
                            gradient_checkpointing=gradient_checkpointing, seed=seed,
                            device=device)
         try:
@@ -148,9 +153,11 @@ def train_grpo(
             raise UsageError("--nproc under torchrun: torchrun already gives the ranks")
         if layout.sharded and "-" in inputs:
             raise UsageError("under torchrun, name the input shards: ranks cannot share stdin")
-        if lora_rank and (nproc > 1 or layout.sharded or cpu_offload):
+        if offload not in OFFLOADS:
+            raise UsageError(f"--offload must be one of {', '.join(OFFLOADS)}")
+        if lora_rank and (nproc > 1 or layout.sharded or offload in ("optimizer", "all")):
             raise UsageError("--lora-rank trains on one rank, without offload: drop --nproc "
-                             "and --cpu-offload")
+                             "and --offload")
         kinds = {"rollout", "regret", "design"}
         shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))

@@ -2,11 +2,12 @@
 
 In: a model's shape (its config.json, or, for the paper's models when the directory is not
 there yet, their published configs: `KNOWN_SHAPES`), each stage's settings (train-grpo's
-`nproc`, `cpu-offload`, `lora-rank`, `micro-batch-tokens`, `gradient-checkpointing`, `kl-beta`;
-the engine's layout from `[serve]`; the recipe's `context-length`) and a box (GPUs, bytes each).
+`nproc`, `offload`, `lora-rank`, `micro-batch-tokens`, `gradient-checkpointing`, `kl-beta`;
+the engine's layout from `[serve]`; the recipe's `context-length`) and a box (GPUs, bytes
+each, the node's host memory).
 Out: a `Row` per stage: the GPUs it uses, bytes per GPU by part (weights, grads, optimizer,
-activations, logits, KV cache), the peak of those per GPU, the bytes it may use, and whether it
-fits; `first_misfit` names the first stage that does not.
+activations, logits, KV cache), the peak of those per GPU, the bytes it may use, the host memory
+it needs on the node, and whether it fits; `first_misfit` names the first stage that does not.
 Guarantees: arithmetic only (no torch, nothing allocated), the same for a `--plan` and for the
 check a real run makes against its own devices before round 0. The trainer's numbers follow what
 train-grpo allocates (stages/train_grpo.py, stages/parallel.py, stages/packing.py) for the
@@ -15,7 +16,7 @@ longest micro-batch a recipe can make; `benchmarks/plan.py` holds them against m
 and without gradient checkpointing); the bf16 terms of a GPU are worked out from the code.
 
 What the trainer's numbers model, per GPU:
-- weights: fp32 master weights (1/N of them under FSDP2, none on the GPU with `cpu-offload`), or
+- weights: fp32 master weights (1/N of them under FSDP2, none on the GPU with offload "all"), or
   a frozen bf16 base for LoRA; the bf16 KL anchor, sharded like the policy; what FSDP2 gathers
   in bf16 (the root: embeddings and head, for the whole pass; two blocks: the one computing and
   the next, prefetched) or, on one GPU, autocast's bf16 copies of the weights;
@@ -23,19 +24,25 @@ What the trainer's numbers model, per GPU:
   LoRA: the adapters'), present from a round's start (each round resumes the optimizer);
 - activations: per micro-batch of T tokens, each layer's input (with gradient checkpointing)
   plus one layer's saved tensors and its backward's gradients, or every layer's saved tensors
-  (without); T is the longer of the recipe's `micro-batch-tokens` (packed: HF then builds a
-  [T, T] mask and repeats the KV heads) and its context length (one sequence alone);
-- logits: the output head's chunk (packing.LOGIT_ELEMENTS // vocabulary positions) in fp32,
-  about four copies of it in its backward;
+  (without); T is the longer of the recipe's `micro-batch-tokens` (packed rows attend without
+  a mask: stages/attention.py) and its context length (one sequence alone);
+- logits: the output head's chunk (packing.LOGIT_ELEMENTS // vocabulary positions) in fp32, two
+  copies of it; in the backward also the head's weight gradient, summed in fp32;
 - the peak is the weights, grads and optimizer plus the largest of what comes and goes: the
   forward (autocast's copies), the backward (activations plus the head or one layer), the KL
-  anchor's no-grad pass, the optimizer step (AdamW's temporaries), FSDP2's gradient reduction.
+  anchor's no-grad pass (whose gathered root stays for the step), the optimizer step (AdamW's
+  temporaries), FSDP2's gradient reduction.
+What it models per rank in host memory: the offloaded state (`offload`: AdamW's moments, or the
+weights, gradients, AdamW and the anchor), and for a resident trainer (server mode) the copy it
+keeps between rounds and the refill from it (`resident_host`); per node, every rank's share,
+the main rank's bf16 export and the runtimes' allowances.
 LoRA adapts every linear of the blocks but MoE experts and the router, and its KL anchor is the
 base itself with the adapter switched off (as train-grpo computes it).
 Not computed, fixed allowances instead: the CUDA context, NCCL's buffers and the allocator's
 fragmentation (`RESERVE` a GPU), vLLM's own activations and graphs (`ENGINE_WORKSPACE`), what a
-sleeping engine keeps (`ENGINE_ASLEEP`). Left out: host memory beyond the offloaded state, and
-attention kernels that keep more than their inputs, output and log-sum-exp.
+sleeping engine keeps (`ENGINE_ASLEEP`), the runtimes' host memory (`RANK_HOST`,
+`ENGINE_HOST`). Left out: attention kernels that keep more than their inputs, output and
+log-sum-exp (torch 2.11-2.12's varlen repeats the KV heads for its call).
 """
 
 from __future__ import annotations
@@ -54,8 +61,17 @@ RESERVE = 2 * GiB
 # vLLM's profiled activations, sampler and CUDA graphs, taken before the KV cache (not computed)
 ENGINE_WORKSPACE = 2 * GiB
 # what a sleeping engine (level 2: weights and KV cache freed) still holds on each of its GPUs:
-# its CUDA context and allocator pools (not computed)
-ENGINE_ASLEEP = 1 * GiB
+# its CUDA context, CUDA graph pools and NCCL buffers, which vLLM 0.33 keeps asleep unless told
+# otherwise (config/model.py:384-390): 1.5-3 GiB by the GPU audit's reading (not computed)
+ENGINE_ASLEEP = 3 * GiB
+# host memory, beside the training state computed here (not computed): a trainer rank's torch
+# and CUDA runtime, its records and pinned staging buffers; an engine's worker a GPU
+RANK_HOST = 3 * GiB
+ENGINE_HOST = 4 * GiB
+# where train-grpo keeps its training state (`offload`): all on the GPUs; AdamW's moments and
+# its step in host memory; weights, gradients and AdamW in host memory (FSDP2's offload); or
+# the least of those the plan says fits
+OFFLOADS = ("none", "optimizer", "all", "auto")
 SERVER_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (spade serve)
 IN_PROCESS_UTILIZATION = 0.85  # stages/backends/vllm.py
 GENERATING = ("design", "audit", "hint", "rollout", "eval")
@@ -238,7 +254,7 @@ class Trainer:
     """train-grpo's settings that decide its memory (defaults: `spade train-grpo`'s)."""
 
     nproc: int = 1
-    cpu_offload: bool = False
+    offload: str = "none"  # OFFLOADS, resolved: never "auto" here
     lora_rank: int = 0
     micro_batch_tokens: int = 8192
     context_length: int = 32768
@@ -256,14 +272,16 @@ class Trainer:
 
     @property
     def fsdp(self) -> bool:
-        """FSDP2 holds the model: several ranks, or one that offloads (stages/parallel.py)."""
-        return not self.lora_rank and (self.nproc > 1 or self.cpu_offload)
+        """FSDP2 holds the model: several ranks, or one that offloads it all
+        (stages/parallel.py)."""
+        return not self.lora_rank and (self.nproc > 1 or self.offload == "all")
 
 
-def saved_per_token(shape: Shape, residual: int, compute: int, packed: bool) -> int:
+def saved_per_token(shape: Shape, residual: int, compute: int) -> int:
     """Bytes one decoder layer keeps for its backward, per token, under eager autograd (HF's
-    Llama/Qwen layers, SDPA attention). `residual`, `compute`: bytes of an element of the
-    residual stream and of what the matmuls produce (4 and 2 under autocast over fp32 weights)."""
+    Llama/Qwen layers, stages/attention.py's attention, grouped KV heads kept as they are: torch
+    2.13 on). `residual`, `compute`: bytes of an element of the residual stream and of what the
+    matmuls produce (4 and 2 under autocast over fp32 weights)."""
     h, q, kv = shape.hidden, shape.q_dim, shape.kv_dim
     # each autocast op casts its input anew: q, k, v (and gate, up) keep a bf16 copy each
     cast = residual != compute
@@ -271,8 +289,7 @@ def saved_per_token(shape: Shape, residual: int, compute: int, packed: bool) -> 
     attention = norm + (3 * compute * h if cast else residual * h)
     if shape.qk_norm:
         attention += (4 + compute) * (q + kv)
-    keys = q if packed else kv  # with a mask, HF repeats K and V for every head
-    attention += compute * (q + 2 * keys)  # rotated q, k and v, kept by the attention kernel
+    attention += compute * (q + 2 * kv)  # rotated q, k and v, kept by the attention kernel
     attention += 2 * compute * q  # its output, and the output laid out for o_proj
     mlp = norm + (2 * compute * h if cast else residual * h)
     if shape.experts:
@@ -294,12 +311,12 @@ def backward_per_token(shape: Shape, residual: int, compute: int) -> int:
     return 2 * compute * wide + 2 * residual * shape.hidden
 
 
-def logits_bytes(shape: Shape, positions: int, compute: int) -> int:
-    """The output head's backward over one chunk of loss positions: the fp32 logits kept for
-    logsumexp, its softmax, the gather's and the sum's gradients (four fp32 copies), and the
-    head's output in the compute dtype."""
+def logits_bytes(shape: Shape, positions: int) -> int:
+    """The output head over one chunk of loss positions (stages/packing.py), forward or
+    backward: fp32 logits and one more fp32 copy beside them (logsumexp's, the entropy's or the
+    gradient's; the head's output in bf16 is gone by then)."""
     chunk = min(positions, max(1, LOGIT_ELEMENTS // shape.vocab))
-    return chunk * shape.vocab * (4 * 4 + compute)
+    return chunk * shape.vocab * 2 * 4
 
 
 @dataclass
@@ -314,40 +331,52 @@ class Part:
     kv_cache: int = 0
     peak: int = 0
     phase: str = ""  # when the peak happens
-    host: int = 0  # bytes in host memory per rank (offload)
+    host: int = 0  # bytes of training state in host memory per rank (offload)
     detail: dict[str, int] = field(default_factory=dict)
+    host_detail: dict[str, int] = field(default_factory=dict)
 
 
 def loss_positions(t: Trainer, tokens: int) -> int:
     return min(t.loss_positions, tokens) if t.loss_positions else tokens
 
 
-def micro_batch_memory(shape: Shape, t: Trainer, tokens: int, packed: bool, residual: int,
+def micro_batch_memory(shape: Shape, t: Trainer, tokens: int, residual: int,
                        compute: int) -> tuple[int, int]:
     """(activations kept through the backward, the most one layer's backward adds) for a
-    micro-batch of `tokens`."""
+    micro-batch of `tokens` (packed or not: packed rows attend without a mask)."""
     h, layers = shape.hidden, shape.layers
-    # HF's packed-sequence mask: a bool [T, T] for the whole pass, a float copy per attention
-    mask = tokens * tokens if packed else 0
-    per_mask = mask * compute
     # the decoder's output, the final norm's saved tensors and the hidden states at the loss
     # positions the head reads
     tail = tokens * h * (residual + 4 + residual) + loss_positions(t, tokens) * h * residual
-    layer = tokens * saved_per_token(shape, residual, compute, packed)
+    layer = tokens * saved_per_token(shape, residual, compute)
     working = tokens * backward_per_token(shape, residual, compute)
     if t.gradient_checkpointing:
-        kept = layers * tokens * h * residual + tail + mask
-        return kept, layer + working + per_mask
-    return layers * (layer + per_mask) + tail + mask, working
+        return layers * tokens * h * residual + tail, layer + working
+    return layers * layer + tail, working
+
+
+def head_gradient_bytes(shape: Shape, t: Trainer, compute: int) -> int:
+    """What the head's backward adds beside its logits (stages/packing.py): the fp32 sum of its
+    weight gradient over the chunks, the weight in the compute dtype where autocast casts it
+    (one GPU, fp32 weights), and the sum handed back in the weight's dtype (bf16 under FSDP2,
+    where the sum itself is not the weight's dtype)."""
+    if t.lora_rank:
+        return 0  # a frozen head: no weight gradient
+    cast = compute if compute != 4 and not t.fsdp else 0
+    handed = compute if t.fsdp else 0
+    return shape.embedding_params * (4 + cast + handed)
 
 
 def train_memory(shape: Shape, t: Trainer) -> Part:
     """train-grpo's memory on each of its GPUs for one optimizer step (a round after the first:
-    the optimizer state is loaded with the weights)."""
+    the optimizer state is loaded with the weights), and in host memory per rank."""
+    if t.offload not in OFFLOADS[:3]:
+        raise ValueError(f"offload must be one of {', '.join(OFFLOADS[:3])}, got {t.offload!r}")
     cuda = t.device != "cpu"
     compute = 2 if cuda else 4
     n, p = t.ranks, shape.params
     d: dict[str, int] = {}  # what stays through the step, besides grads and optimizer state
+    host: dict[str, int] = {}  # per rank
     if t.lora_rank:
         adapters = shape.lora_params(t.lora_rank)
         d["base"] = compute * p  # frozen, in bf16 on a GPU
@@ -355,19 +384,27 @@ def train_memory(shape: Shape, t: Trainer) -> Part:
         grads, optimizer, trained = 4 * adapters, 8 * adapters, adapters
         residual = compute
     else:
-        on_gpu = not t.cpu_offload
+        on_gpu = t.offload != "all"
         d["master"] = 4 * p // n * on_gpu
-        grads, optimizer, trained = 4 * p // n * on_gpu, 8 * p // n * on_gpu, p // n
+        grads = 4 * p // n * on_gpu
+        optimizer = 8 * p // n * (t.offload == "none")
+        trained = p // n
+        host.update(master=4 * p // n * (not on_gpu), grads=4 * p // n * (not on_gpu),
+                    optimizer=8 * p // n * (t.offload != "none"))
         # FSDP2 gathers bf16 parameters: a bf16 residual stream; a whole fp32 model under
         # autocast keeps it in fp32 (embeddings and norms run in fp32)
         residual = compute if t.fsdp else 4
-    if t.kl_beta > 0:  # the anchor: bf16 on a GPU, sharded (and offloaded) like the policy;
-        # a LoRA run's is its own base with the adapter switched off: nothing more to hold
-        d["anchor"] = 0 if t.cpu_offload or t.lora_rank else compute * p // (n if t.fsdp else 1)
+    root, block = shape.root_params, shape.block_params
+    if t.kl_beta > 0 and not t.lora_rank:  # the anchor: bf16 on a GPU, sharded (and
+        # offloaded) like the policy; a LoRA run's is its own base with the adapter off
+        anchor = compute * p // (n if t.fsdp else 1)
+        d["anchor"] = 0 if t.offload == "all" else anchor
+        host["anchor"] = anchor if t.offload == "all" else 0
+        if t.fsdp:  # the anchor never runs a backward, so its root, once gathered for its
+            d["anchor root"] = compute * root  # first pass, stays gathered
     static = sum(d.values()) + grads + optimizer
 
     # weights gathered (FSDP2) or cast (autocast) for a while
-    root, block = shape.root_params, shape.block_params
     if t.fsdp:
         # the root (embeddings, final norm, an untied head) stays gathered through the
         # forward and the backward, and two blocks at once (the next one prefetched)
@@ -376,8 +413,8 @@ def train_memory(shape: Shape, t: Trainer) -> Part:
         # reduce-scatter; at its end the root's reduction, when the activations are gone
         backward_copies = compute * shape.embedding_params + block * (compute + 4)
         reduce_root = compute * root + root * (compute + 4)
-        forward_copies = head_copies = 0
-        anchor_gathered = compute * (root + 2 * block)
+        forward_copies = 0
+        anchor_gathered = compute * 2 * block
     else:
         gathered = reduce_root = anchor_gathered = 0
         decoder = shape.layers * (block - 2 * shape.hidden)
@@ -385,39 +422,61 @@ def train_memory(shape: Shape, t: Trainer) -> Part:
         # without checkpointing the graph keeps them for the backward too
         forward_copies = compute * decoder if cuda and not t.lora_rank else 0
         backward_copies = 0 if t.gradient_checkpointing else forward_copies
-        # the head's backward under autocast: its bf16 weight and that weight's grad
-        head_copies = 2 * compute * shape.embedding_params if cuda and not t.lora_rank else 0
+    head_grad = head_gradient_bytes(shape, t, compute)
 
     # the longest micro-batch: a packed one of `micro_batch_tokens`, or one sequence alone
     # up to the context length (longer than the budget, it gets a micro-batch of its own)
-    cases = [(t.micro_batch_tokens, True)]
-    if t.context_length > t.micro_batch_tokens:
-        cases.append((t.context_length, False))
-    activations = logits = forward = backward = anchor = 0
-    for tokens, packed in cases:
-        kept, layer = micro_batch_memory(shape, t, tokens, packed, residual, compute)
-        head = logits_bytes(shape, loss_positions(t, tokens), compute) + head_copies
+    lengths = [t.micro_batch_tokens] + [t.context_length] * \
+        (t.context_length > t.micro_batch_tokens)
+    activations = logits = forward = backward = anchor_pass = 0
+    for tokens in lengths:
+        kept, layer = micro_batch_memory(shape, t, tokens, residual, compute)
+        head = logits_bytes(shape, loss_positions(t, tokens)) + head_grad
         activations, logits = max(activations, kept + layer), max(logits, head)
         forward = max(forward, gathered + kept + forward_copies + layer)
         backward = max(backward, gathered + kept + max(layer, head) + backward_copies)
         if t.kl_beta > 0:  # the anchor's no-grad pass, between the policy's two
-            anchor = max(anchor, compute * root * t.fsdp + anchor_gathered + kept +
-                         max(layer, head))
+            anchor_pass = max(anchor_pass, anchor_gathered + kept + max(
+                layer, logits_bytes(shape, loss_positions(t, tokens))))
     # AdamW: on a GPU the foreach step makes one temporary the size of the second moments; on
-    # the CPU it goes parameter by parameter (two temporaries of the largest)
-    if t.cpu_offload:
+    # the CPU, or from host memory, it goes a tensor at a time (two temporaries of the largest)
+    if t.offload == "all":
         step = 0
-    elif cuda:
+    elif cuda and t.offload == "none":
         step = 4 * trained
     else:
         step = 2 * 4 * (0 if t.lora_rank else shape.largest_param)
-    phases = {"forward": forward, "backward": backward, "KL anchor's pass": anchor,
+    phases = {"forward": forward, "backward": backward, "KL anchor's pass": anchor_pass,
               "optimizer step": step, "gradient reduction": reduce_root}
     phase = max(phases, key=phases.get)
-    host = (16 + 2 * (t.kl_beta > 0)) * p // n if t.cpu_offload else 0
     return Part(weights=sum(d.values()) + gathered, grads=grads, optimizer=optimizer,
                 activations=activations, logits=logits, peak=static + phases[phase],
-                phase=phase, host=host, detail={**d, "gathered": gathered})
+                phase=phase, host=sum(host.values()), detail={**d, "gathered": gathered},
+                host_detail=host)
+
+
+def least_offload(shape: Shape, t: Trainer, capacity: int) -> str:
+    """What `offload = "auto"` stands for: the first of none, optimizer, all whose peak and
+    RESERVE fit `capacity` bytes a GPU (all, when none does)."""
+    for choice in OFFLOADS[:2]:
+        if train_memory(shape, replace(t, offload=choice)).peak + RESERVE <= capacity:
+            return choice
+    return "all"
+
+
+def resident_host(shape: Shape, t: Trainer, part: Part) -> int:
+    """Host bytes per rank of a resident trainer (server mode) at its worst: between rounds it
+    keeps what the GPUs held (fp32 weights, AdamW's moments where on the GPU, the bf16 anchor)
+    beside what lives in host memory anyway, and while it refills the next round's policy from
+    that copy, FSDP2's offload allocates its new shards before the copy is let go."""
+    if t.lora_rank:
+        return part.host  # LoRA has no server mode: no resident trainer
+    n, p = t.ranks, shape.params
+    on_gpu = 4 * p // n + 8 * p // n * (t.offload == "none") if t.offload != "all" else 0
+    anchor = 2 * p // n * (t.kl_beta > 0) * (t.offload != "all")
+    kept = part.host - part.host_detail.get("grads", 0) + on_gpu + anchor
+    refill = part.host - part.host_detail.get("grads", 0) if t.offload == "all" else 0
+    return max(part.host, kept + refill)
 
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -455,8 +514,11 @@ def engine_memory(shape: Shape, e: Engine, capacity: int) -> Part:
 
 @dataclass(frozen=True)
 class Box:
+    """One node: its GPUs, the bytes of each, and its host memory (None: not checked)."""
+
     gpus: int
     gpu_memory: int  # bytes per GPU
+    host_memory: int | None = None  # bytes
 
 
 @dataclass
@@ -468,6 +530,7 @@ class Row:
     note: str = ""
     held: int = 0  # bytes per GPU the engine holds meanwhile (asleep or awake)
     problem: str = ""  # why it does not fit ("" when it does)
+    host: int = 0  # bytes of host memory the stage needs on the node, at its worst
 
     @property
     def fits(self) -> bool:
@@ -529,13 +592,11 @@ def utilization_of(args) -> float:
 def train_row(label: str, shape: Shape, settings: dict, context: int, box: Box,
               server: Engine | None, asleep: bool) -> Row:
     trainer = Trainer(nproc=int(settings.get("nproc", 1)),
-                      cpu_offload=bool(settings.get("cpu-offload", False)),
                       lora_rank=int(settings.get("lora-rank", 0)),
                       micro_batch_tokens=int(settings.get("micro-batch-tokens", 8192)),
                       context_length=context,
                       gradient_checkpointing=bool(settings.get("gradient-checkpointing", False)),
                       kl_beta=float(settings.get("kl-beta", 0.0)))
-    part = train_memory(shape, trainer)
     held, note = 0, []
     if server is not None:
         if asleep:  # the engine sleeps on its GPUs while the trainer has them
@@ -544,11 +605,30 @@ def train_row(label: str, shape: Shape, settings: dict, context: int, box: Box,
         else:
             held = int(server.utilization * box.gpu_memory)
             note.append("beside the awake engine")
-    if trainer.cpu_offload:
-        note.append(f"{part.host * trainer.ranks / GiB:.0f} GiB in host memory")
+    offload = str(settings.get("offload", "none"))
+    if offload == "auto":
+        offload = least_offload(shape, trainer, box.gpu_memory - held)
+        note.append(f"offload {offload} (auto)")
+    elif offload != "none":
+        note.append(f"offload {offload}")
+    trainer = replace(trainer, offload=offload)
+    part = train_memory(shape, trainer)
+    host = trainer_host(shape, trainer, part, server, box)
     note.append(f"peak in the {part.phase}")
-    return check(Row(label, trainer.ranks, part, box.gpu_memory - held, ", ".join(note),
-                     held), box)
+    return check(Row(label, trainer.ranks, part, box.gpu_memory - held, ", ".join(note), held,
+                     host=host), box)
+
+
+def trainer_host(shape: Shape, t: Trainer, part: Part, server: Engine | None, box: Box) -> int:
+    """Host bytes on the node (the first, with the main rank) while train-grpo runs: each of
+    its ranks there holds its offloaded state, or a resident trainer's kept state (server
+    mode); the main rank also the bf16 export it gathers while the state is still live; and a
+    server's engine workers stay up meanwhile."""
+    ranks = min(t.ranks, box.gpus)
+    per_rank = resident_host(shape, t, part) if server is not None else part.host
+    export = 2 * shape.params if not t.lora_rank else 0
+    engines = ENGINE_HOST * min(server.gpus, box.gpus) if server is not None else 0
+    return ranks * (RANK_HOST + per_rank) + max(0, export + part.host - per_rank) + engines
 
 
 def engine_row(command: str, shape: Shape, engine: Engine, box: Box, note: str) -> Row:
@@ -557,7 +637,7 @@ def engine_row(command: str, shape: Shape, engine: Engine, box: Box, note: str) 
         (" ep" if engine.expert_parallel else "")
     row = Row(command, engine.gpus, part, box.gpu_memory,
               f"{note}, {layout}: KV for {part.detail['sequences']} sequences of "
-              f"{engine.context_length}")
+              f"{engine.context_length}", host=ENGINE_HOST * min(engine.gpus, box.gpus))
     return check(row, box)
 
 
@@ -574,6 +654,11 @@ def check(row: Row, box: Box | None = None) -> Row:
         held = f", {row.held / GiB:.1f} GiB of it held by the engine" if row.held else ""
         row.problem = (f"needs {(m.peak + RESERVE) / GiB:.1f} GiB a GPU, the box has "
                        f"{(row.capacity + row.held) / GiB:.1f} GiB{held} ({dominant(m)})")
+    elif box is not None and box.host_memory is not None and row.host > box.host_memory:
+        row.problem = (f"needs {row.host / GiB:.0f} GiB of host memory on the node, it has "
+                       f"{box.host_memory / GiB:.0f} GiB" + (
+                           f" ({m.host / GiB:.0f} GiB a rank of training state in host "
+                           f"memory)" if m is not None and m.host else ""))
     return row
 
 

@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from stages import checkpoint, parallel, rewards
+from stages import checkpoint, parallel, plan, rewards
 from stages.packing import Packed, loss_logprobs, micro_batches, pack
 from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
 
@@ -108,9 +108,11 @@ class Config:
     # "auto": every linear layer of attention and dense MLPs (`lora_targets`); else a comma
     # list of module name suffixes, as peft's target_modules takes them
     lora_targets: str = "auto"
-    # FSDP2 CPU offload: sharded weights, gradients and AdamW in host memory (30B full
-    # fine-tuning on 80 GB GPUs, as the reference offloads Adam)
-    cpu_offload: bool = False
+    # where the training state lives (plan.OFFLOADS): "none", all on the GPUs; "optimizer",
+    # AdamW's moments and its step in host memory (the reference's --optimizer-cpu-offload);
+    # "all", FSDP2's offload of the weights, gradients and AdamW; "auto", the least of those
+    # the memory plan says fits the GPUs' free memory, for this round's longest sequence
+    offload: str = "none"
     lora_alpha: int = 32
     bf16: bool = True  # only used on CUDA
     gradient_checkpointing: bool = False
@@ -313,7 +315,11 @@ class Policy:
 
     def __init__(self, model_dir: str, cfg: Config, anchor: str | None = None,
                  layout: parallel.Layout = parallel.Layout(), kept: dict | None = None,
-                 kept_anchor: dict | None = None):
+                 kept_anchor: dict | None = None, offload: str | None = None,
+                 longest: int = 0):
+        """`offload`: the setting `cfg.offload` stands for, decided already (a resident
+        trainer's kept state has its layout); `longest`: the round's longest sequence, which
+        "auto" plans for."""
         from stages.backends.hf import import_torch_transformers, pick_device
 
         from stages.backends import check_local_model
@@ -321,12 +327,16 @@ class Policy:
         torch, transformers = import_torch_transformers()
         check_local_model(model_dir)
         self.torch, self.transformers, self.cfg, self.layout = torch, transformers, cfg, layout
-        if cfg.lora_rank and (layout.sharded or cfg.cpu_offload):
+        if cfg.lora_rank and (layout.sharded or cfg.offload in ("optimizer", "all")):
             raise NotImplementedError("LoRA trains on one rank, without offload: drop --nproc "
-                                      "and --cpu-offload")
-        self.fsdp = layout.sharded or cfg.cpu_offload
+                                      "and --offload")
         began = time.monotonic()
-        self.device = parallel.start(torch, layout, pick_device(cfg.device), self.fsdp)
+        self.device = parallel.start(torch, layout, pick_device(cfg.device))
+        self.offload = offload or choose_offload(torch, model_dir, cfg, layout, self.device,
+                                                 longest)
+        self.fsdp = layout.sharded or self.offload == "all"
+        if self.fsdp:  # one rank that offloads it all: FSDP2 in a group of its own
+            parallel.start(torch, layout, self.device, fsdp=True)
         self.seconds = {"rendezvous": time.monotonic() - began}
         self.autocast = self.device.startswith("cuda") and cfg.bf16 and \
             torch.cuda.is_bf16_supported()
@@ -374,8 +384,8 @@ class Policy:
                 model.enable_input_require_grads()
         model.loss_logprobs = functools.partial(loss_logprobs, torch, model)
         if self.fsdp:
-            parallel.shard(torch, model, self.autocast, cfg.cpu_offload)
-        checkpoint.materialize(model, buffers, "cpu" if cfg.cpu_offload else self.device,
+            parallel.shard(torch, model, self.autocast, self.offload == "all")
+        checkpoint.materialize(model, buffers, "cpu" if self.offload == "all" else self.device,
                                self.device)
         optimizer = self._optimizer(model) if trainable and not lora else None
         checkpoint.fill(torch, self.transformers, model, optimizer, base or model_dir,
@@ -391,9 +401,14 @@ class Policy:
         return model, optimizer
 
     def _optimizer(self, model):
-        return self.torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
-            betas=self.cfg.betas, weight_decay=self.cfg.weight_decay)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        if self.offload == "optimizer":
+            from stages.offload import HostAdamW
+
+            return HostAdamW(trained, lr=self.cfg.lr, betas=self.cfg.betas,
+                             weight_decay=self.cfg.weight_decay)
+        return self.torch.optim.AdamW(trained, lr=self.cfg.lr, betas=self.cfg.betas,
+                                      weight_decay=self.cfg.weight_decay)
 
     def _with_adapters(self, model, adapter_dir: str | None, trainable: bool):
         """`model` with the adapter of `adapter_dir` on it, or (None) with new adapters of
@@ -512,6 +527,23 @@ def wraps_experts(model) -> bool:
     return any("experts" in parts or parts[-1] in ROUTERS
                for parts in (name.split(".lora_")[0].split(".")
                              for name, p in model.named_parameters() if p.requires_grad))
+
+
+def choose_offload(torch, model_dir: str, cfg: Config, layout: parallel.Layout, device: str,
+                   longest: int) -> str:
+    """What `cfg.offload` stands for here: itself, or for "auto" the least the memory plan
+    (stages/plan.py) says fits the free memory of the fullest GPU of the ranks, for this
+    round's longest sequence; "none" off a GPU and for LoRA."""
+    if cfg.offload != "auto":
+        return cfg.offload
+    if not device.startswith("cuda") or cfg.lora_rank:
+        return "none"
+    free = -parallel.max_over_ranks(torch, -torch.cuda.mem_get_info(device)[0], layout, device)
+    shape = plan.model_shape(model_dir)
+    trainer = plan.Trainer(nproc=layout.world, micro_batch_tokens=cfg.micro_batch_tokens,
+                           context_length=max(longest, 1), kl_beta=cfg.kl_beta,
+                           gradient_checkpointing=cfg.gradient_checkpointing)
+    return plan.least_offload(shape, trainer, free)
 
 
 def check_start(model_dir: str, cfg: Config) -> None:
@@ -837,6 +869,7 @@ class Resident:
 
     checkpoint: str | None = None
     structure: tuple = ()  # the settings the state's shapes depend on
+    offload: str | None = None  # what the setting stood for when the state was kept
     state: dict | None = None
     anchor: str | None = None
     anchor_state: dict | None = None
@@ -858,7 +891,7 @@ class Resident:
     def keep(self, out: Path, cfg: Config, policy: "Policy", anchor: str) -> None:
         if not cfg.lora_rank:  # LoRA runs have no server mode, so no resident trainer
             self.checkpoint, self.structure = os.path.normpath(out), _structure(cfg)
-            self.state = policy.host_state()
+            self.offload, self.state = policy.offload, policy.host_state()
             self.anchor, self.anchor_state = os.path.normpath(anchor), \
                 policy.anchor_host_state()
 
@@ -868,7 +901,7 @@ class Resident:
 
 
 def _structure(cfg: Config) -> tuple:
-    return cfg.lora_rank, cfg.cpu_offload, cfg.gradient_checkpointing
+    return cfg.lora_rank, cfg.offload, cfg.gradient_checkpointing
 
 
 def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
@@ -907,9 +940,13 @@ def run(records: Iterable[Record], model_dir: str, ckpt_root: str, cfg: Config,
     start = start_model(model_dir)
     anchor = cfg.kl_anchor or start
     kept = resident.take(model_dir, cfg) if resident else None
-    kept_anchor = resident.take_anchor(anchor, cfg) if resident and cfg.kl_beta > 0 else None
+    # the anchor's kept shards are laid out as the policy's were: both from memory, or neither
+    kept_anchor = resident.take_anchor(anchor, cfg) if resident and cfg.kl_beta > 0 and \
+        kept is not None else None
     # the policy empties what it was handed as it fills: no second host copy stays
-    policy = Policy(model_dir, cfg, anchor, layout, kept, kept_anchor)
+    policy = Policy(model_dir, cfg, anchor, layout, kept, kept_anchor,
+                    offload=resident.offload if kept is not None else None,
+                    longest=max(len(s.ids) for s in samples))
     info.update(trainable_parameters=policy.trainable, parameters=policy.parameters,
                 from_memory=[part for part, state in (("policy", kept),
                                                       ("KL anchor", kept_anchor))

@@ -56,7 +56,7 @@ def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train
 
 def rank_environment(nproc: int) -> dict[str, str]:
     """Our environment, with each rank's share of the CPU cores for torch's threads: torchrun
-    would give every rank one, and the CPU works for the ranks (AdamW under --cpu-offload,
+    would give every rank one, and the CPU works for the ranks (AdamW under --offload,
     all of training on a machine without GPUs)."""
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
     return {**os.environ, "OMP_NUM_THREADS": threads}

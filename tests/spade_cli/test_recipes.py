@@ -27,7 +27,7 @@ EXPECTED = {
                    "-spade trainer"]),
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
                                "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
-                               "+--context-length 32768", "+--nproc 8", "---cpu-offload"]),
+                               "+--context-length 32768", "+--nproc 8", "---offload"]),
     "qwen3-4b-games-chance-adjusted": (SPADE, ["+--chance-adjusted", "+--band 0.4 0.6",
                                                "+--nproc 8"]),
     "qwen3-4b-games-later": (SPADE, ["+--band 0.2 0.4", "+--ramp 0.0 0.6",
@@ -36,7 +36,7 @@ EXPECTED = {
                                         "+--max-tokens 20000 --enable-thinking",
                                         "+--max-tokens 4096 --no-enable-thinking"]),
     "qwen3-30b-a3b-games": (SPADE, ["+MODEL=/models/Qwen3-30B-A3B-Instruct-2507",
-                                    "+--nproc 8 --cpu-offload", "---lora-rank"]),
+                                    "+--nproc 8 --offload auto", "---lora-rank"]),
     "qwen3-30b-a3b-games-no-memory": (SPADE, ["---memory"]),
     "qwen3-30b-a3b-games-no-corpus": (SPADE, ["+--no-corpus", "---corpus "]),
     "qwen3-30b-a3b-games-solve-rate": (SPADE, ["+--variant solve_rate"]),
@@ -56,6 +56,10 @@ EXPECTED = {
     "qwen3-30b-a3b-tool-use": (TOOL_USE, [
         "+--round 0 --every 8", "+--active-skills 6", "+--variant blend", "+--kl-beta 0.005",
         "---enable-thinking"]),
+    # the 4B games run on one GPU: one engine, one trainer rank, AdamW's state in host memory
+    "one-gpu-qwen3-4b-games": (SPADE, [
+        "+MODEL=/models/Qwen3-4B-Instruct-2507", "+--nproc 1 --offload auto", "---nproc 8",
+        "+--band 0.4 0.6", "+--every 4", "+--concurrency 64", "---data-parallel"]),
 }
 
 
@@ -128,7 +132,7 @@ def test_a_paper_recipe_generates_with_one_engine_over_all_8_gpus(path):
     for i in trains:
         assert lines[i - 2].endswith('"$SERVER/sleep?level=2"')  # the GPUs are the trainer's
         assert "--nproc 8" in lines[i] and "--lora-rank" not in lines[i]
-        assert ("--cpu-offload" in lines[i]) == ("30b" in path.stem)
+        assert ("--offload auto" in lines[i]) == ("30b" in path.stem)
 
 
 def test_the_context_length_reaches_each_backend_as_its_own_option(tmp_path):

@@ -344,6 +344,21 @@ def test_plan_exits_65_naming_the_first_stage_that_does_not_fit(monkeypatch):
         in trainer.stderr
 
 
+def test_plan_checks_host_memory_when_told_the_nodes_and_names_the_stage_short_of_it(
+        monkeypatch):
+    monkeypatch.chdir(PAPER_RECIPE.parents[1])
+    result = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "8",
+                                 "--gpu-memory", "80", "--host-memory", "512"])
+    assert result.exit_code == 0, result.stderr
+    assert "512 GiB of host memory" in result.stdout and "not checked" not in result.stdout
+    short = runner.invoke(app, ["run", str(PAPER_RECIPE), "--plan", "--gpus", "8",
+                                "--gpu-memory", "80", "--host-memory", "64"])
+    assert short.exit_code == 65 and short.stderr.count("\n") == 1
+    assert "stage design needs 32 GiB of host memory" not in short.stderr
+    assert "stage train-grpo needs " in short.stderr and \
+        "GiB of host memory on the node, it has 64 GiB" in short.stderr
+
+
 def test_plan_defaults_to_this_machines_gpus_else_8_of_80_gib(monkeypatch):
     from spade_cli import run as run_module
 

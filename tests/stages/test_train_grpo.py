@@ -548,8 +548,8 @@ def test_a_non_finite_loss_stops_the_update_and_writes_no_checkpoint(tiny_model,
     models = []
     load = stage.Policy.__init__
 
-    def watched(policy, *args):
-        load(policy, *args)
+    def watched(policy, *args, **kwargs):
+        load(policy, *args, **kwargs)
         models.append(weakref.ref(policy.model))
 
     monkeypatch.setattr(stage.Policy, "__init__", watched)
