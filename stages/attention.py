@@ -7,9 +7,10 @@ keyword arguments that transformers passes through to every attention layer.
 Out: each sequence's causal attention over itself alone, in the layout transformers' attention
 functions return ([1, T, heads, head_dim]).
 Guarantees: no [T, T] mask exists and no score across two sequences is computed:
-- on CUDA in bf16/fp16, one `torch.nn.attention.varlen.varlen_attn` call (flash attention over
-  variable-length sequences; grouped KV heads natively where torch has `enable_gqa`, 2.13 on,
-  else repeated for the call);
+- on CUDA in bf16/fp16 (fp32 inputs under autocast are cast first, as SDPA casts them), one
+  `torch.nn.attention.varlen.varlen_attn` call (flash attention over variable-length
+  sequences; grouped KV heads natively where torch has `enable_gqa`, 2.13 on, else repeated for
+  the call);
 - elsewhere (CPU, fp32, a torch without varlen), one causal `scaled_dot_product_attention` per
   sequence, with grouped KV heads native;
 the numbers equal a forward of each sequence on its own (tests/stages/test_attention.py).
@@ -60,6 +61,11 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     if query.shape[0] != 1:
         raise ValueError(f"{NAME} attention takes one packed row, got a batch of "
                          f"{query.shape[0]}")
+    if query.is_cuda and torch.is_autocast_enabled("cuda"):
+        # what SDPA does under autocast: one fp32 model (fp32 norms make q and k fp32) then
+        # attends in bf16 through the same kernel an FSDP2 one does
+        dtype = torch.get_autocast_dtype("cuda")
+        query, key, value = (t.to(dtype) for t in (query, key, value))
     length = query.shape[2]
     cu = cu_seq_lens_q if cu_seq_lens_q is not None else \
         torch.tensor([0, length], dtype=torch.int32, device=query.device)

@@ -265,6 +265,9 @@ class Trainer:
     # "cpu": fp32 throughout, no autocast (where benchmarks/plan.py measures); else bf16
     # autocast over fp32 master weights, as train-grpo computes on a GPU
     device: str = "cuda"
+    # FSDP2 on one rank too, as N ranks lay it out (benchmarks/gpu.py measures a rank of the
+    # recipes' layout on one GPU)
+    sharded: bool = False
 
     @property
     def ranks(self) -> int:
@@ -274,7 +277,7 @@ class Trainer:
     def fsdp(self) -> bool:
         """FSDP2 holds the model: several ranks, or one that offloads it all
         (stages/parallel.py)."""
-        return not self.lora_rank and (self.nproc > 1 or self.offload == "all")
+        return not self.lora_rank and (self.nproc > 1 or self.offload == "all" or self.sharded)
 
 
 def saved_per_token(shape: Shape, residual: int, compute: int) -> int:
@@ -331,6 +334,7 @@ class Part:
     kv_cache: int = 0
     peak: int = 0
     phase: str = ""  # when the peak happens
+    phases: dict[str, int] = field(default_factory=dict)  # the peak of each phase
     host: int = 0  # bytes of training state in host memory per rank (offload)
     detail: dict[str, int] = field(default_factory=dict)
     host_detail: dict[str, int] = field(default_factory=dict)
@@ -451,8 +455,8 @@ def train_memory(shape: Shape, t: Trainer) -> Part:
     phase = max(phases, key=phases.get)
     return Part(weights=sum(d.values()) + gathered, grads=grads, optimizer=optimizer,
                 activations=activations, logits=logits, peak=static + phases[phase],
-                phase=phase, host=sum(host.values()), detail={**d, "gathered": gathered},
-                host_detail=host)
+                phase=phase, phases={name: static + value for name, value in phases.items()},
+                host=sum(host.values()), detail={**d, "gathered": gathered}, host_detail=host)
 
 
 def least_offload(shape: Shape, t: Trainer, capacity: int) -> str:

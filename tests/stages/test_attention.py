@@ -67,6 +67,11 @@ def test_the_varlen_kernel_on_cuda_matches_each_sequence_on_its_own():
         pytest.skip("no CUDA device")
     assert attention._varlen_function() is not None, "this torch has no varlen_attn"
     compare(torch.bfloat16, "cuda", 2e-2)
+    # one fp32 model under autocast (train-grpo on one GPU) takes the same kernel
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out, _ = attention.packed_attention(Grouped(), *qkv(torch.float32, "cuda"), None,
+                                            **attention.boundaries(torch, LENGTHS, "cuda"))
+    assert out.dtype == torch.bfloat16
 
 
 def test_a_mask_or_a_sliding_window_is_refused_not_ignored():
@@ -95,9 +100,12 @@ def test_the_trainers_model_attends_packed_and_its_export_names_no_such_attentio
 @pytest.mark.slow
 def test_a_16k_token_packed_micro_batch_peaks_near_one_play_per_pass(tiny_model, tmp_path):
     """16 plays of 1024 tokens in one 16,384-token row, under gradient checkpointing (as every
-    recipe trains): what stays is what grows with the tokens (one layer's recomputed
-    activations and their gradients). With transformers' [T, T] mask the same step peaked at
-    2.06 GB against 0.48 GB one play a pass (4.3x), and took 57 s instead of 7."""
+    recipe trains): what is added is what grows with the tokens (one layer's recomputed
+    activations and their gradients, about 0.2 GB here). With transformers' [T, T] mask the
+    same step peaked at 2.06 GB against 0.48 GB one play a pass (+1.58 GB), and took 57 s
+    instead of 7; a boolean [T, T] mask alone is 256 MiB. The bound is on what the row adds,
+    not on the ratio of whole-process peaks: the process's own base moves with the
+    transformers version (the ratio is 1.41-1.46 under 5.25, 1.43-1.60 under 5.20)."""
     import subprocess
     import sys
 
@@ -123,4 +131,4 @@ def test_a_16k_token_packed_micro_batch_peaks_near_one_play_per_pass(tiny_model,
         (record,) = [json.loads(line) for line in done.stdout.splitlines()]
         assert record["stats"]["forward_tokens"] == 16 * 1024
         peaks[tokens] = record["meta"]["peak_memory_bytes"]
-    assert peaks[16384] < 1.5 * peaks[1024], peaks
+    assert peaks[16384] - peaks[1024] < 384 * 2 ** 20, peaks
