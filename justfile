@@ -29,6 +29,8 @@ bench-train:
     python benchmarks/train.py
 bench-memory:
     python benchmarks/memory.py
+bench-sampler:
+    python benchmarks/sampler.py
 
 # Find repeated code before committing.
 duplicates:

@@ -8,8 +8,8 @@ import typer
 
 from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, Inputs, MaxTokens, Model,
-                               Out, Overwrite, PolicyName, PromptsDir, Seed, Temperature, TopK,
-                               TopP, backend_spec)
+                               Out, Overwrite, PolicyName, PromptsDir, SamplingSeed,
+                               SamplingSeedMode, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -32,6 +32,7 @@ def audit(
     max_tokens: MaxTokens = 4096,
     context_length: ContextLength = None,
     seed: Seed = 0,
+    sampling_seed: SamplingSeed = SamplingSeedMode.request,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
@@ -62,7 +63,7 @@ def audit(
         spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
         cfg = stage.Config(prompts_dir=prompts, sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
-            enable_thinking=enable_thinking))
+            enable_thinking=enable_thinking, per_request_seed=sampling_seed.per_request))
         shards = find_inputs("audit", inputs, {"env"}, "env records")
         known = list(read([s.path for s in find_shards(designs or [], {"design"})],
                           kinds={"design"}))
@@ -77,7 +78,8 @@ def audit(
 
         config = {"backend": backend, "model": model, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
-                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
+                  "max_tokens": max_tokens, "seed": seed, **sampling_seed.config(),
+                  "prompts": prompts,
                   "designs": [s.digest() for s in find_shards(designs or [], {"design"})]}
         with model_backend:
             run_stage("audit", shards, out, transform, config, stats, kinds={"env"},

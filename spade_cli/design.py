@@ -8,7 +8,8 @@ import typer
 
 from spade_cli.options import (TOP_K, TOP_P, ApiKey, BackendName, BaseUrl, Compress, ContextLength,
                                Device, EnableThinking, MaxTokens, Model, Out, Overwrite, PolicyName,
-                               PromptsDir, Round, Seed, Temperature, TopK, TopP, backend_spec)
+                               PromptsDir, Round, SamplingSeed, SamplingSeedMode, Seed,
+                               Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +46,7 @@ def design(
         metavar="DIR", help="Validate output(s): design a new attempt for each rejected slot.")] = None,
     max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per slot with --retry.")] = 5,
     seed: Seed = 0,
+    sampling_seed: SamplingSeed = SamplingSeedMode.request,
     temperature: Temperature = 0.6,
     top_p: TopP = TOP_P,
     top_k: TopK = TOP_K,
@@ -102,7 +104,8 @@ def design(
                            every=every, difficulty=difficulty, seed=seed, max_attempts=max_attempts,
                            prompts_dir=prompts, skills=skills, sampling=Sampling(
                                temperature=temperature, top_p=top_p, top_k=top_k,
-                               max_tokens=max_tokens, enable_thinking=enable_thinking))
+                               max_tokens=max_tokens, enable_thinking=enable_thinking,
+                               per_request_seed=sampling_seed.per_request))
         documents = None if no_corpus else corpus_mod.load(
             corpus or f"builtin:{'games' if domain == 'game' else domain}",
             corpus_words or stage.CORPUS_WORDS[domain])
@@ -119,7 +122,7 @@ def design(
                   "corpus": corpus, "no_corpus": no_corpus,
                   "skills": list(skills), "seed": seed, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
-                  "max_tokens": max_tokens, "inputs": inputs,
+                  "max_tokens": max_tokens, **sampling_seed.config(), "inputs": inputs,
                   "slots": [(s.slot, s.attempt) for s in slots]}
         stats = Stats()
         progress = Progress("design", "designs", len(slots))

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from spade_cli.options import (ApiKey, BackendName, BaseUrl, Compress, ContextLength, Device,
-                               Out, Overwrite, PolicyName, PromptsDir, Round, Seed, backend_spec)
+                               Out, Overwrite, PolicyName, PromptsDir, Round, SamplingSeed,
+                               SamplingSeedMode, Seed, backend_spec)
 
 SUITES = ("rg-hard", "rg-quick", "aime", "gpqa", "lcb", "bfcl-mt", "envs", "file")
 DATA_SUITES = ("aime", "gpqa", "lcb", "file")
@@ -74,6 +75,7 @@ def eval_command(
         help="Most tokens one completion may have" + PROTOCOL + ".")] = None,
     context_length: ContextLength = None,
     seed: Seed = 0,
+    sampling_seed: SamplingSeed = SamplingSeedMode.request,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
@@ -140,7 +142,7 @@ def eval_command(
         protocol = stage.PROTOCOLS[suite]
         given = {"temperature": temperature, "top_p": top_p, "top_k": top_k,
                  "max_tokens": max_tokens}
-        sampling = replace(protocol.sampling,
+        sampling = replace(protocol.sampling, per_request_seed=sampling_seed.per_request,
                            **{k: v for k, v in given.items() if v is not None})
         cfg = stage.Config(
             suite=suite, episodes=episodes, limit=limit, categories=tuple(category or ()),
@@ -170,7 +172,7 @@ def eval_command(
                   "round": round, "backend": backend, "model": model,
                   "temperature": sampling.temperature, "top_p": sampling.top_p,
                   "top_k": sampling.top_k, "max_tokens": sampling.max_tokens, "seed": seed,
-                  "prompts": prompts,
+                  **sampling_seed.config(), "prompts": prompts,
                   "inputs": [s.digest() or s.path for s in find_shards(
                       inputs or ([data] if data else []))]}
         if sample is not None:  # only when given: an eval made before --sample still resumes

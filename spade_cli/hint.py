@@ -8,8 +8,8 @@ import typer
 
 from spade_cli.options import (JUDGE_TOP_K, JUDGE_TOP_P, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, Inputs, MaxTokens, Model,
-                               Out, Overwrite, PolicyName, PromptsDir, Seed, Temperature, TopK,
-                               TopP, backend_spec)
+                               Out, Overwrite, PolicyName, PromptsDir, SamplingSeed,
+                               SamplingSeedMode, Seed, Temperature, TopK, TopP, backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +29,7 @@ def hint(
     max_tokens: MaxTokens = 1024,
     context_length: ContextLength = None,
     seed: Seed = 0,
+    sampling_seed: SamplingSeed = SamplingSeedMode.request,
     prompts: PromptsDir = None,
     attempts: Annotated[int, typer.Option(
         min=1, help="Hints written per env while its hint leaks: wins most validation seeds "
@@ -71,7 +72,7 @@ def hint(
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
                            sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
-            enable_thinking=enable_thinking))
+            enable_thinking=enable_thinking, per_request_seed=sampling_seed.per_request))
         shards = find_inputs("hint", inputs, {"env"}, "env records")
         stats = Stats()
         progress = Progress("hint", "envs")
@@ -93,7 +94,8 @@ def hint(
 
         config = {"backend": backend, "model": model, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
-                  "max_tokens": max_tokens, "seed": seed, "prompts": prompts,
+                  "max_tokens": max_tokens, "seed": seed, **sampling_seed.config(),
+                  "prompts": prompts,
                   "attempts": attempts, "sandbox": sandbox, "turn_timeout": turn_timeout}
         with progress, model_backend:
             run_stage("hint", shards, out, transform, config, stats, kinds={"env"},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from enum import Enum
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlparse
 
@@ -63,6 +64,31 @@ ContextLength = Annotated[int | None, typer.Option(
                              "prompt that leaves no room for --max-tokens is not generated "
                              "(rollout: outcome context_limit). The paper: 32768.")]
 Seed = Annotated[int, typer.Option(help="Seed for sampling and for every random choice.")]
+
+
+class SamplingSeedMode(str, Enum):
+    """What --sampling-seed accepts: whether each model request hands the engine its own seed."""
+
+    request = "request"
+    none = "none"
+
+    @property
+    def per_request(self) -> bool:
+        return self is SamplingSeedMode.request
+
+    def config(self) -> dict[str, str]:
+        """Its entry in a stage's config digest: none for the default, so that output written
+        before the option existed still resumes."""
+        return {} if self.per_request else {"sampling_seed": self.value}
+
+
+SamplingSeed = Annotated[SamplingSeedMode, typer.Option(
+    "--sampling-seed",
+    help="request: every model request carries its own seed (derived from --seed and what the "
+         "request is for), so each sample reproduces from it whatever else the engine batches. "
+         "none: no request carries a seed; the engine samples from its own state, so a rerun "
+         "does not reproduce the samples. none is faster only where the engine samples seeded "
+         "requests one by one (vLLM's V1 model runner: README, Seeds).")]
 PromptsDir = Annotated[str | None, typer.Option(
     "--prompts", metavar="DIR",
     help="Directory of prompt files overriding the built-in ones by name.")]

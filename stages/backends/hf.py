@@ -189,8 +189,8 @@ class HFBackend:
 
     def generate_ids(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         torch = self.torch
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+        if sampling.engine_seed is not None:
+            torch.manual_seed(sampling.engine_seed)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)

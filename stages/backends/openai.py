@@ -17,12 +17,12 @@ leaves `content`): run vLLM without `--reasoning-parser`.
 Guarantees: it streams (`submit`): each request runs on one of `concurrency` threads the
 backend owns (`close()` ends them), on a kept-alive HTTP connection, and its Future resolves as
 soon as its own reply is back; `chat` submits every conversation and collects. Each request
-carries its own seed. Native tool calls in a reply are turned back into `<tool_call>{json}
-</tool_call>` text, so envs see the same action format from every backend (the ids stay the
-sampled ones); a vLLM without a tool-call parser (it refuses tools with `tool_choice` auto) is
-asked with `tool_choice` none and returns the model's own call text. A server that refuses
-vLLM's extra fields is asked without them. A server that cannot be reached raises
-BackendUnavailable (exit 69). Stdlib only.
+carries its own seed (none without per-request seeds: `Sampling.per_request_seed`). Native tool
+calls in a reply are turned back into `<tool_call>{json}</tool_call>` text, so envs see the
+same action format from every backend (the ids stay the sampled ones); a vLLM without a
+tool-call parser (it refuses tools with `tool_choice` auto) is asked with `tool_choice` none
+and returns the model's own call text. A server that refuses vLLM's extra fields is asked
+without them. A server that cannot be reached raises BackendUnavailable (exit 69). Stdlib only.
 A request past its conversation's deadline is cut (finish_reason `timeout`; closing the
 connection makes vLLM abort it); a reply the server has not sent within $SPADE_REQUEST_TIMEOUT
 seconds (default 600) is BackendUnavailable, the stage's exit 69, saying so; a server that refuses a prompt for its context length
@@ -212,8 +212,8 @@ class OpenAIBackend:
             body["return_token_ids"] = True
             if sampling.stop:  # the ids hold the stop string's tokens: so must the text
                 body["include_stop_str_in_output"] = True
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
+        if sampling.engine_seed is not None:
+            body["seed"] = sampling.engine_seed
         if sampling.stop:
             body["stop"] = list(sampling.stop)
         if sampling.top_k:

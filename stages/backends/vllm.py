@@ -11,7 +11,8 @@ are in flight (vLLM batches them continuously) and resolves each request's Futur
 that request finishes, so a caller never waits for a longer completion of another
 (`submit`). `chat` is submit-all-and-wait on the same thread. Each request carries its own
 seed, and vLLM gives every seeded request its own generator: a sample does not depend on what
-else is in the batch.
+else is in the batch. Without per-request seeds (`Sampling.per_request_seed` off) no request
+carries one, and vLLM samples from its own generator state.
 
 Guarantees: raises BackendUnavailable (exit 69) when vllm is not installed or finds no device;
 a prompt that does not leave `max_tokens` of the engine's `max_model_len` (its context length) is
@@ -174,7 +175,7 @@ class VLLMBackend:
         # depend on the batch (one shared seed would give identical prompts identical samples)
         return self.vllm.SamplingParams(
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_tokens, stop=list(sampling.stop), seed=sampling.seed,
+            max_tokens=sampling.max_tokens, stop=list(sampling.stop), seed=sampling.engine_seed,
             include_stop_str_in_output=True, logprobs=0, output_kind=self._output_kind)
 
     # -- the engine thread ----------------------------------------------------------------------

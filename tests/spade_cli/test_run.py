@@ -116,6 +116,11 @@ def test_bad_recipes_exit_65_naming_the_problem(tmp_path, table, message):
     ('[defaults]\nmax-tokens = 1.5\n',
      "r.toml: defaults: max-tokens: expected an integer, got 1.5"),
     ('[defaults]\nmax-tokns = 8\n', "r.toml: defaults: 'max-tokns' is not an option of any"),
+    ('[[stage]]\ncommand = "rollout"\nsampling-seed = "never"\n',
+     'r.toml: stage rollout: sampling-seed: expected one of request, none, got "never"'),
+    ('[defaults]\nsampling-seed = false\n',
+     "r.toml: defaults: sampling-seed: expected one of request, none, got false (an option of "
+     "`spade design`)"),
 ])
 def test_option_types_are_checked_when_the_recipe_is_read(tmp_path, table, message):
     path = tmp_path / "r.toml"

@@ -1,11 +1,16 @@
 """Per-role sampling defaults and switches as the commands declare them (a recipe that sets
-nothing samples like the reference), and the design options of the ablations."""
+nothing samples like the reference), the per-request seed switch, and the design options of the
+ablations."""
+
+import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from spade_cli import commands
 from spade_cli.app import app
+from spade_cli.recipe import GENERATING
 
 runner = CliRunner()
 # designer and agent: top-p 0.95, top-k 20 (reference spade/slime/arguments.py:37-46, 69-79);
@@ -31,3 +36,30 @@ def test_top_p_top_k_defaults_and_the_thinking_switch(command, expected):
 def test_design_refuses_contradictory_ablation_options(args, message):
     result = runner.invoke(app, ["design", "-m", "no-such-model", *args])
     assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("command", GENERATING)
+def test_every_generating_command_seeds_each_request_unless_told_not_to(command):
+    sampling_seed = {p.name: p for p in commands.group().commands[command].params}["sampling_seed"]
+    assert sampling_seed.opts == ["--sampling-seed"] and sampling_seed.default == "request"
+    result = runner.invoke(app, [command, "--sampling-seed", "never", "-m", "m"])
+    assert result.exit_code == 2
+    assert "'never' is not one of 'request', 'none'" in " ".join(
+        result.stderr.replace("│", " ").split())
+
+
+def test_a_recipe_default_turns_per_request_seeds_off_for_every_generating_stage(tmp_path,
+                                                                                monkeypatch):
+    recipe = Path(__file__).parent.parent / "fixtures" / "run" / "tiny.toml"
+    text = recipe.read_text().replace("[defaults]\n", '[defaults]\nsampling-seed = "none"\n')
+    (tmp_path / "tiny.toml").write_text(text)
+    shutil.copy(recipe, tmp_path / "unchanged.toml")
+    monkeypatch.chdir(tmp_path)
+    lines = {}
+    for name in ("tiny.toml", "unchanged.toml"):
+        result = runner.invoke(app, ["run", name, "--dry-run"])
+        assert result.exit_code == 0, result.stderr
+        lines[name] = [line for line in result.stdout.splitlines() if line.startswith("spade ")]
+    told = {line.split()[1] for line in lines["tiny.toml"] if "--sampling-seed none" in line}
+    assert told == {"design", "hint", "rollout"}  # the generating stages this recipe has
+    assert not any("--sampling-seed" in line for line in lines["unchanged.toml"])

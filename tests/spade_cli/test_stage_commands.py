@@ -176,13 +176,25 @@ def test_a_cached_hub_id_loads_from_the_cache_without_the_hub(tmp_path, monkeypa
     assert spec.model == str(snapshot) and spec.options["policy"] == "org/tiny"
 
 
-@pytest.mark.parametrize("command,args", [
+# each generating command, with the arguments that make it call the model on one starter env
+GENERATING = [
     ("design", ["-b", 1, "--max-tokens", 8, "--corpus-words", 30]),
     ("hint", ["{pool}"]),
     ("audit", ["{pool}"]),
     ("rollout", ["{pool}", "-n", 1, "--max-turns", 1]),
     ("eval", ["--suite", "envs", "{pool}"]),
-])
+]
+
+
+def generate(command: str, args: list, tmp_path, *more):
+    """Run `command` on a pool of one starter env, against whatever backend is loaded."""
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(seed_library.STARTER_SHARD.read_text().splitlines()[0] + "\n")
+    return invoke(command, *[str(a).format(pool=pool) for a in args], *more, "--backend",
+                  "openai", "--model", "m", "-o", tmp_path / "out")
+
+
+@pytest.mark.parametrize("command,args", GENERATING)
 def test_every_generating_stage_closes_its_backend(command, args, tmp_path, monkeypatch,
                                                    nsjail_ok):
     """An in-process engine holds its GPU until closed: the next stage of a run needs it."""
@@ -202,12 +214,28 @@ def test_every_generating_stage_closes_its_backend(command, args, tmp_path, monk
         return opened[-1]
 
     monkeypatch.setattr(backends, "load_backend", load)
-    pool = tmp_path / "pool.jsonl"
-    pool.write_text(seed_library.STARTER_SHARD.read_text().splitlines()[0] + "\n")
-    result = invoke(command, *[str(a).format(pool=pool) for a in args], "--backend", "openai",
-                    "--model", "m", "-o", tmp_path / "out")
+    result = generate(command, args, tmp_path)
     assert result.exit_code == 0, result.stderr
     assert len(opened) == 1 and opened[0].closed and opened[0].calls
+
+
+@pytest.mark.parametrize("command,args", GENERATING)
+@pytest.mark.parametrize("option,seeded", [([], True), (["--sampling-seed", "none"], False)])
+def test_sampling_seed_decides_whether_every_request_hands_the_engine_a_seed(
+        command, args, option, seeded, tmp_path, monkeypatch, nsjail_ok):
+    from stages import backends
+    from stages.backends.scripted import ScriptedBackend
+
+    requests = []  # the Sampling of every request the engine got
+
+    def engine(spec):
+        return ScriptedBackend(lambda messages, tools: "\\boxed{a}",
+                               latency=lambda sampling: requests.append(sampling) or 0.0)
+
+    monkeypatch.setattr(backends, "load_backend", engine)
+    result = generate(command, args, tmp_path, *option)
+    assert result.exit_code == 0, result.stderr
+    assert requests and all((sampling.engine_seed is not None) == seeded for sampling in requests)
 
 
 @pytest.fixture

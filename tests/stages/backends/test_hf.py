@@ -39,6 +39,16 @@ def test_same_seed_same_samples_other_seed_differs(tiny_backend):
     assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
 
 
+def test_torch_is_reseeded_only_with_per_request_seeds(tiny_backend, monkeypatch):
+    """hf's generator is torch's: `--sampling-seed none` leaves its state to run on."""
+    reseeded = []
+    monkeypatch.setattr(tiny_backend.torch, "manual_seed", reseeded.append)
+    tiny_backend.chat(CONVERSATIONS, Sampling(max_tokens=2, seed=7, per_request_seed=False))
+    assert reseeded == []
+    tiny_backend.chat(CONVERSATIONS[:1], Sampling(max_tokens=2, seed=7))
+    assert reseeded == [7]
+
+
 @pytest.mark.parametrize("sampling", [Sampling(temperature=0.7, max_tokens=8, seed=3),
                                       Sampling(temperature=1.3, top_k=5, top_p=0.9,
                                                max_tokens=8, seed=4)])

@@ -226,6 +226,15 @@ def test_each_request_gets_its_own_seed(backend):
         "a": 10, "b": 11, "c": 5, "d": 3}
 
 
+def test_without_per_request_seeds_no_request_carries_a_seed(backend):
+    """`--sampling-seed none`: the server samples from its own state (and vLLM's V1 sampler
+    skips its per-request loop)."""
+    Stub.bodies.clear()
+    backend.chat([user("a"), user("b")], Sampling(seed=10, per_request_seed=False))
+    backend.submit(user("c"), Sampling(seed=7, per_request_seed=False)).result(timeout=10)
+    assert len(Stub.bodies) == 3 and not any("seed" in body for body in Stub.bodies)
+
+
 def test_submit_streams_each_request_with_its_seed_as_given(backend):
     assert streams(backend)
     Stub.bodies.clear()

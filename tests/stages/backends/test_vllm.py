@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -30,11 +31,13 @@ class FakeEngine:
         self.engine_core = SimpleNamespace(shut_down=False)
         self.engine_core.shutdown = lambda: setattr(self.engine_core, "shut_down", True)
         self.adapters: list = []  # each request's lora_request
+        self.params: list = []  # each request's SamplingParams
 
     def add_request(self, request_id, prompt, params, lora_request=None):
         if params.max_tokens > 500:
             raise ValueError("refused by the engine")
         self.adapters.append(lora_request)
+        self.params.append(params)
         self.live[request_id] = [params, 0]
 
     def step(self):
@@ -87,6 +90,17 @@ def backend(fake_vllm, tiny_model):
     chosen = VLLMBackend(BackendSpec(name="vllm", model=tiny_model))
     yield chosen
     chosen.close()
+
+
+@pytest.mark.parametrize("per_request_seed,seeds", [(True, [5, 6, 7]), (False, [None] * 3)])
+def test_each_request_hands_vllm_its_seed_unless_per_request_seeds_are_off(
+        backend, per_request_seed, seeds):
+    """vLLM gives a seeded request its own generator; without per-request seeds
+    (`--sampling-seed none`) SamplingParams.seed is None and vLLM samples from its own state."""
+    sampling = Sampling(max_tokens=2, seed=5, per_request_seed=per_request_seed)
+    backend.chat([MESSAGES, MESSAGES], sampling)
+    backend.submit(MESSAGES, replace(sampling, seed=7)).result(timeout=30)
+    assert [params.seed for params in backend.llm.llm_engine.params] == seeds
 
 
 def test_a_lora_checkpoint_runs_its_base_with_the_adapter_on_every_request(
