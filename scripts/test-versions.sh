@@ -12,11 +12,12 @@ TESTS=(tests/stages/test_train_grpo.py tests/stages/test_train_grpo_loss.py
        tests/stages/test_packing.py tests/stages/test_checkpoint.py tests/stages/test_parallel.py
        tests/stages/test_train_ranks.py)
 # What these do is torch's alone (rendezvous, offload, rank deaths, a second resident rank):
-# the suite has run them; leaving them out here halves this run.
+# the suite has run them; leaving them out here halves this run. A --deselect is a prefix of
+# the test's id: "[2" names every parametrization with two ranks.
 DESELECT=(test_parallel.py::test_a_two_node_rendezvous_on_loopback_trains_as_one_rank
           test_parallel.py::test_two_offloaded_ranks_make_the_same_update
           test_parallel.py::test_a_killed_rank_is_one_line_and_exit_69_with_no_checkpoint
-          "test_train_ranks.py::test_resident_ranks_train_what_new_processes_train[2]"
+          "test_train_ranks.py::test_resident_ranks_train_what_new_processes_train[2"
           test_train_ranks.py::test_a_trainer_that_dies_is_exit_69)
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/spade-test-venvs"
