@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TRANSFORMERS=5.20.2
 TESTS=(tests/stages/test_train_grpo.py tests/stages/test_train_grpo_loss.py
-       tests/stages/test_packing.py tests/stages/test_checkpoint.py tests/stages/test_parallel.py
+       tests/stages/test_packing.py tests/stages/test_attention.py tests/stages/test_offload.py
+       tests/stages/test_checkpoint.py tests/stages/test_parallel.py
        tests/stages/test_train_ranks.py)
 # What these do is torch's alone (rendezvous, offload, rank deaths, a second resident rank):
 # the suite has run them; leaving them out here halves this run. A --deselect is a prefix of

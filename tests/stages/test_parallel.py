@@ -144,6 +144,23 @@ def test_the_sharded_trainer_on_one_cuda_rank_makes_the_plain_update(plays_file,
     assert stats["sharded"]["grad_norm"] == pytest.approx(stats["plain"]["grad_norm"], rel=2e-2)
 
 
+def descendants(pid: int) -> list[str]:
+    """The processes under `pid` (ours alone: other runs' ranks may be on the machine too)."""
+    children: dict[str, list[str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it has exited since
+            continue
+        children.setdefault(fields[1], []).append(stat.parent.name)
+    found, todo = [], [str(pid)]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
 def command_line(pid: str) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -164,9 +181,9 @@ def test_a_killed_rank_is_one_line_and_exit_69_with_no_checkpoint(plays_file, ti
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and command.poll() is None:
-        ranks = [pid for pid in subprocess.run(["pgrep", "-f", "stages.train_ranks"],
-                                               capture_output=True, text=True).stdout.split()
-                 if b"torch.distributed.run" not in command_line(pid)]
+        ranks = [pid for pid in descendants(command.pid)
+                 if b"stages.train_ranks" in command_line(pid)
+                 and b"torch.distributed.run" not in command_line(pid)]
         if ranks:  # a worker, not torchrun itself (whose command line names the module too)
             os.kill(int(ranks[0]), signal.SIGKILL)
             break
