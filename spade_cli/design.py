@@ -43,7 +43,12 @@ def design(
              "use).")] = None,
     memory: Annotated[str | None, typer.Option(metavar="PATH", help="Memory shard for few-shot examples.")] = None,
     retry: Annotated[list[str] | None, typer.Option(
-        metavar="DIR", help="Validate output(s): design a new attempt for each rejected slot.")] = None,
+        metavar="DIR", help="Validate output(s): design a new attempt for each rejected slot "
+                            "(with --repair, also the design shards they judged).")] = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="With --retry: go on with each rejected design's own conversation, "
+                         "telling the designer which check failed and why (pass the design "
+                         "shards with --retry too), instead of a fresh attempt.")] = False,
     max_attempts: Annotated[int, typer.Option(min=1, help="Attempts per slot with --retry.")] = 5,
     seed: Seed = 0,
     sampling_seed: SamplingSeed = SamplingSeedMode.request,
@@ -64,7 +69,8 @@ def design(
 
     Skills rotate by env set (round // k); each slot gets one corpus document (none with
     --no-corpus) and memory examples. With --retry, only the slots whose previous attempt
-    `spade validate` rejected are designed again. Into a directory, each design is saved the
+    `spade validate` rejected are designed again: afresh, or with --repair as the next turn of
+    the rejected design's conversation, which names the failed check and quotes its message. Into a directory, each design is saved the
     moment it is answered: a rerun after a stop (Ctrl-C, a kill, a server that died) asks only
     for the designs still missing.
 
@@ -73,6 +79,8 @@ def design(
         spade design -m runs/q/model -b 8 -o runs/q/r00/design-a0
         spade design -m runs/q/model -b 8 | spade validate > checked.jsonl
         spade design -m runs/q/model -b 8 --retry runs/q/r00/validate-a0
+        spade design -m runs/q/model --retry runs/q/r00/validate-a0 \\
+            --retry runs/q/r00/design-a0 --repair
     """
     from spade_cli.errors import UsageError, errors_to_exit
     from spade_cli.options import StageBackend
@@ -110,13 +118,15 @@ def design(
             corpus or f"builtin:{'games' if domain == 'game' else domain}",
             corpus_words or stage.CORPUS_WORDS[domain])
         memories = list(read([memory], kinds={"memory"})) if memory else []
+        if repair and not retry:
+            raise UsageError("--repair goes with --retry: the rejects to repair and their "
+                             "designs")
         if retry:
-            rejects = [r for r in read(retry, kinds={"validation"}) if r.round == round]
-            slots = stage.retry_slots(rejects, cfg)
+            slots = retry_or_repair(retry, round, repair, cfg)
         else:
             slots = stage.fresh_slots(cfg)
         inputs = [s.digest() for s in find_shards(([memory] if memory else []) + (retry or []))]
-        config = {"backend": backend, "model": model, "domain": domain, "batch": batch,
+        config = {"repair": repair, "backend": backend, "model": model, "domain": domain, "batch": batch,
                   "round": round, "active_skills": active_skills,
                   "env_set": stage.env_set_index(cfg), "difficulty": difficulty,
                   "corpus": corpus, "no_corpus": no_corpus,
@@ -145,3 +155,23 @@ def design(
         kept = f" ({resumed} made before a stop, kept)" if resumed else ""
         summarize("design", stats,
                   f"{stats.written['design']} designs for {len(slots)} slots{kept}")
+
+
+def retry_or_repair(paths: list[str], round: int, repair: bool, cfg) -> list:
+    """The slots --retry asks for: fresh attempts, or with --repair the next turn of each
+    rejected design's conversation (its design records must be among the --retry inputs)."""
+    from spade_cli.errors import UsageError
+    from stages import design as stage
+    from stages.records import Design
+    from stages.shards import read
+
+    records = list(read(paths, kinds={"validation", "design"} if repair else {"validation"}))
+    rejects = [r for r in records if not isinstance(r, Design) and r.round == round]
+    if not repair:
+        return stage.retry_slots(rejects, cfg)
+    try:
+        return stage.repair_slots(rejects, [r for r in records if isinstance(r, Design)], cfg)
+    except KeyError as missing:
+        raise UsageError(f"--repair: the design {missing.args[0]} that a reject in "
+                         f"{', '.join(paths)} judged is not in the --retry inputs: pass its "
+                         "design shard with --retry too") from None

@@ -2,7 +2,8 @@
 
 In: `recipe.toml` (schema `spade.recipe/v1`): `name`, `run_dir`, `rounds`, `seed`, `[model]`,
 `[defaults]`, an ordered `[[stage]]` list whose keys are the subcommand's own options (plus the
-runner's keys `command`, `every`, `attempts`, `args`, and on the eval stage `retention`).
+runner's keys `command`, `every`, `attempts`, `args`, on the design stage `repair`, and on the
+eval stage `retention`).
 Out: per round, the `spade ...` command lines the loop needs, wired through the run directory:
 `RUN/r<NN>/<stage>/` shard dirs, `RUN/ckpt/step-NNNNNN/`, `RUN/memory/`, `RUN/recipe.json`.
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
@@ -14,7 +15,8 @@ output of an earlier command
 uninterrupted run writes.
 
 The loop (k = the design stage's `every`): a round r starts an env set when r % k == 0: design
-(with up to `attempts` design/validate passes: later passes redesign only rejected slots),
+(with up to `attempts` design/validate passes: later passes redesign only rejected slots,
+afresh, or with `repair = true` as the next turn of each rejected design's conversation),
 validate, hint, hinted rollouts. Every round: no-hint rollouts, score-regret (regret from the
 set's hinted round, win over the window), train-grpo (agent samples of this round; a set's
 designer samples at round t + k, k rounds after they were drawn, with the score of the set's
@@ -71,8 +73,9 @@ MODEL_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "layers": (lambda v: _positive_int(v), "an integer of at least 1"),
 }
 BUILTIN_MODELS = ("tiny", "smollm2", "coder")  # `[model] init` values `spade model` builds
-RUNNER_KEYS = {"command", "every", "attempts", "args", "retention"}
+RUNNER_KEYS = {"command", "every", "attempts", "args", "retention", "repair"}
 RETENTION = "retention"  # the eval stage's runner key
+REPAIR = "repair"  # the design stage's runner key: later attempts repair, not retry
 COMMANDS = ("design", "validate", "audit", "hint", "rollout", "score-regret", "train-grpo",
             "eval")
 # Options the runner sets itself, per command: a recipe must not set them.
@@ -142,6 +145,7 @@ class Stage:
     attempts: int = 1
     args: tuple[str, ...] = ()
     retention: int | None = None  # eval only: envs of the first set played at each eval point
+    repair: bool = False  # design only: later attempts go on with each rejected conversation
 
 
 @dataclass(frozen=True)
@@ -289,8 +293,9 @@ def load(path: str, rounds: int | None = None) -> Recipe:
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise RecordError(f"args: expected a list of strings, got {json.dumps(args)}", where)
         check_retention(table, command, where)
+        check_repair(table, command, where)
         stages.append(Stage(command, options, table.get("every", 1), table.get("attempts", 1),
-                            tuple(args), table.get(RETENTION)))
+                            tuple(args), table.get(RETENTION), table.get(REPAIR, False)))
     defaults = {k.replace("_", "-"): v for k, v in raw.get("defaults", {}).items()}
     check_defaults(defaults, f"{path}: defaults")
     model = dict(raw.get("model", {}))
@@ -312,6 +317,17 @@ def check_retention(table: dict[str, Any], command: str, where: str) -> None:
     if not _positive_int(table[RETENTION]):
         raise RecordError(f"{RETENTION}: expected an integer of at least 1 (envs), got "
                           f"{json.dumps(table[RETENTION])}", where)
+
+
+def check_repair(table: dict[str, Any], command: str, where: str) -> None:
+    """`repair`: on the design stage only, true or false (exit 65)."""
+    if REPAIR not in table:
+        return
+    if command != "design":
+        raise RecordError(f"'{REPAIR}' is a runner key of the design stage only", where)
+    if not isinstance(table[REPAIR], bool):
+        raise RecordError(f"{REPAIR}: expected true or false, got {json.dumps(table[REPAIR])}",
+                          where)
 
 
 def check_names(raw: dict[str, Any], text: str, path: str) -> None:
@@ -579,9 +595,7 @@ class Loop:
         if not (design and validate):
             return
         for attempt in range(self.attempts):
-            retry = [] if attempt == 0 else [
-                arg for check in self.checks
-                for arg in ("--retry", self.dir(round, f"{check}-a{attempt - 1}"))]
+            retry = [] if attempt == 0 else self.retry_args(round, attempt, design.repair)
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
             self.call(self.argv(design, round, ["--round", str(round), "--every",
@@ -597,6 +611,14 @@ class Loop:
             if not any(self.produced(self.dir(round, f"{check}-a{attempt}"), "validation")
                        for check in self.checks):
                 break  # every slot has an accepted env: no attempt left to make
+
+    def retry_args(self, round: int, attempt: int, repair: bool) -> list[str]:
+        """--retry the last attempt's rejects; a repair also reads the designs they judged."""
+        judged = [self.dir(round, f"{check}-a{attempt - 1}") for check in self.checks]
+        if repair:
+            judged += [self.dir(round, f"design-a{attempt - 1}")]
+        return [arg for path in judged for arg in ("--retry", path)] + \
+            (["--repair"] if repair else [])
 
     def env_set(self, round: int, start: int, model: str, checked: list[str],
                 first: bool) -> list[str]:

@@ -39,6 +39,10 @@ def score_regret(
     reject_penalty: Annotated[float | None, typer.Option(
         help="Score rejected designs with this reward (they are then trained); by default "
              "they are discarded, as in the paper.")] = None,
+    train_repairs: Annotated[bool, typer.Option(
+        "--train-repairs", help="An env that a repair turn made pays the whole design "
+                                "conversation its reward (loss on every designer turn); by "
+                                "default it pays the turn-1 design 0, as the reference does.")] = False,
     scale_cap: Annotated[float, typer.Option(help="Cap of the designer advantage scale.")] = 50.0,
     memory: Annotated[str | None, typer.Option(metavar="PATH", help="Memory shard to update (needs the env "
                                                     "records among the inputs).")] = None,
@@ -79,7 +83,8 @@ def score_regret(
                                ramp_high=ramp[1], invalid_penalty=invalid_penalty,
                                reject_penalty=reject_penalty,
                                scale_cap=scale_cap)
-        cfg = stage.Config(round=round, window=window, rewards=rewards)
+        cfg = stage.Config(round=round, window=window, rewards=rewards,
+                           train_repairs=train_repairs)
         kinds = {"rollout", "env", "validation", "regret"}
         shards = find_inputs("score-regret", inputs, kinds,
                              "rollout, env, validation and regret records")
@@ -91,6 +96,7 @@ def score_regret(
         if diagnostics.internal:
             stats.reasons["internal_error"] = diagnostics.internal
         config = {"round": round, "window": window, "rewards": rewards.__dict__,
+                  "train_repairs": train_repairs,
                   "inputs": [s.digest() for s in shards]}
         emit("score-regret", out, lambda _journal: iter(regrets), config, stats, overwrite,
              f".{compress}")

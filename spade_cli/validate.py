@@ -113,12 +113,22 @@ def validate(
         no_oracle = stats.extra.get("envs_without_oracle", 0)
         summarize("validate", stats, f"{stats.read} designs -> {stats.written['env']} envs"
                   f"{f' ({no_oracle} with oracle: none)' if no_oracle else ''}, "
-                  f"{stats.written['validation']} rejected")
+                  f"{stats.written['validation']} rejected{turn_yields(stats)}")
         accepted, rejected = output_counts(out, stats)
         if rejected and not accepted and not allow_all_rejected:
             print(f"spade validate: error: every design was rejected ({rejected}); "
                   f"--allow-all-rejected exits 0 instead", file=sys.stderr)
             raise SystemExit(DATA)
+
+
+def turn_yields(stats) -> str:
+    """`; accepted by designer turn: 1 0/2, 2 2/2` when repairs were validated, else nothing."""
+    by_turn = stats.extra.get("by_turn", {})
+    if set(by_turn) <= {"1"}:
+        return ""
+    return "; accepted by designer turn: " + ", ".join(
+        f"{turn} {c['envs']}/{c['designs']}" for turn, c in sorted(by_turn.items(),
+                                                                 key=lambda kv: int(kv[0])))
 
 
 def verdict(source_file: str, record) -> str:

@@ -2,10 +2,15 @@
 
 In: a backend (the shared policy in its designer role), a corpus (or none: the no-corpus
 ablation), an optional memory store, and for retries the `validation` rejects of an earlier
-attempt.
+attempt (for repairs, with the designs they reject).
 Out: one `design` record per slot: the prompt, the completion with its token ids and sampling
 logprobs (the designer is trained on them), skill, difficulty, round, slot, attempt, the corpus
 document and memory entries it saw (lineage). `spade validate` extracts and checks the code.
+A retry is a fresh attempt for the slot. A repair (`repair_slots`) goes on with the rejected
+design's own conversation: one more user turn names the failed check, says what it asks, quotes
+the validator's message and the line it points at (prompts/designer_repair.md); the answer is
+a design record with `turn` one more than its parent's, `repairs` its parent's id and
+`first_turn` the conversation's turn-1 design.
 Guarantees: skills rotate by env set (`active_skills` of the domain's six, or of the skills the
 config names, for the set that starts at `round`, the set index being round // k, so consecutive
 sets cover every skill; slot i takes active skill i mod their count); one corpus document
@@ -18,10 +23,14 @@ stopped run had not answered (`made`) samples them as the whole batch would have
 from __future__ import annotations
 
 import random
+import re
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
+import orjson
+
+from sandbox.contract import ContractError, extract
 from stages import memory as memory_store
 from stages import prompts
 from stages.backends import Backend, Completion, Sampling, streams
@@ -70,6 +79,8 @@ class Slot:
     slot: int
     attempt: int
     skill: str
+    repairs: Design | None = None  # a repair: the rejected design whose conversation goes on
+    reject: Validation | None = None  # ... and why it was rejected
 
 
 def active_skills(domain: str, env_set: int, count: int, pool: Sequence[str] = ()) -> list[str]:
@@ -101,6 +112,93 @@ def retry_slots(rejects: Iterable[Validation], cfg: Config) -> list[Slot]:
             latest[reject.slot] = reject
     return [Slot(r.slot, r.attempt + 1, r.skill) for _, r in sorted(latest.items())
             if r.attempt + 1 < cfg.max_attempts]
+
+
+def repair_slots(rejects: Iterable[Validation], designs: Iterable[Design],
+                 cfg: Config) -> list[Slot]:
+    """A repair for each rejected slot that still has attempts left: the next attempt goes on
+    with the rejected design's own conversation. Raises KeyError naming a reject whose design
+    is not among `designs`."""
+    by_id = {design.id: design for design in designs}
+    repairs = []
+    for slot in retry_slots(rejects, cfg):
+        reject = _latest_reject(rejects, slot.slot)
+        design = by_id.get(reject.parents[0] if reject.parents else "")
+        if design is None:
+            raise KeyError(reject.parents[0] if reject.parents else reject.id)
+        repairs.append(replace(slot, repairs=design, reject=reject))
+    return repairs
+
+
+def _latest_reject(rejects: Iterable[Validation], slot: int) -> Validation:
+    return max((r for r in rejects if r.slot == slot), key=lambda r: r.attempt)
+
+
+# What each check asks of the module, said to the designer in a repair turn.
+CHECK_MEANINGS = {
+    "extract": "the answer holds the whole module in one ```python code block",
+    "parse": "the module is valid Python",
+    "truncated": "the answer ends before the token limit: write a shorter module",
+    "structure": "one class whose name ends in Env, allowed imports only, every method in the "
+                 "class body, nothing changed on a class afterwards",
+    "load": "the module runs, the class builds with no arguments, max_turns is an int of at "
+            "most 25",
+    "reset": "reset(seed) returns (observation: str, info: dict), and the seed changes the game",
+    "determinism": "the same seed and the same actions give the same observations and rewards",
+    "garbage": "step() answers any text, even nonsense, with a helpful observation, never an "
+               "exception",
+    "step_types": "step() returns (observation: str, reward: float, terminated: bool, "
+                  "truncated: bool, info: dict)",
+    "oracle": "solution() is a method that returns the list of actions that wins the current "
+              "episode from its start, computed from the hidden state",
+    "trivial": "no blind policy wins (repeating one action, cycling generic moves, replaying "
+               "another seed's answer), and every seed needs its own answer",
+    "resources": "each call finishes quickly and uses little memory",
+    "reset_gate": "no request is already fulfilled, and no criterion raises, right after setup()",
+    "policy": "the env uses no files, processes, network or clocks",
+    "audit": "a reviewer found the task unfair or unsolvable as written",
+    "internal": "spade could not check the module (not your error): answer with it again",
+}
+# `line 12` in a reject's message: a static check names the line without quoting it (a
+# runtime error quotes it already, as `env.py:12: text`: sandbox/worker.py `where`)
+LINE_RE = re.compile(r"\bline (\d+)\b")
+
+
+def repair_message(design: Design, reject: Validation, cfg: Config) -> str:
+    """The user turn that asks for a repair: the check, its meaning, the message, and the line
+    of the module it points at when the message does not quote it already."""
+    message = reject.error.msg if reject.error else reject.check
+    return prompts.render("designer_repair", cfg.prompts_dir, check=reject.check,
+                          check_meaning=CHECK_MEANINGS.get(reject.check, "see the rules"),
+                          message=message, line=_quoted_line(design, message))
+
+
+def _quoted_line(design: Design, message: str) -> str:
+    found = LINE_RE.search(message)
+    if found is None:
+        return ""
+    try:
+        lines = extract(design.completion).splitlines()
+    except ContractError:
+        return ""
+    number = int(found.group(1))
+    if not 0 < number <= len(lines):
+        return ""
+    return f"The line it points at (line {number}): `{lines[number - 1].strip()}`\n"
+
+
+def same_code(answer: str, parent: str) -> bool:
+    """Whether a repair answers with its parent's code again (blank lines and trailing spaces
+    aside), or, when neither holds a code block, with the same text."""
+    try:
+        mine, theirs = extract(answer), extract(parent)
+    except ContractError:
+        mine, theirs = answer, parent
+    return _plain(mine) == _plain(theirs)
+
+
+def _plain(code: str) -> list[str]:
+    return [line.rstrip() for line in code.strip().splitlines() if line.strip()]
 
 
 def prompt_for(slot: Slot, doc: Document | None, memory: list[Memory], cfg: Config,
@@ -142,6 +240,9 @@ def run(backend: Backend, documents: list[Document] | None, memory: list[Memory]
     """Prompt the designer once per slot and yield the design records in slot order.
 
     Every prompt goes out at once (a streaming backend answers each as soon as it is done).
+    A repair slot goes on with its rejected design's conversation; a repair that answers with
+    its parent's code again is asked once more at once, at another seed and a higher
+    temperature (`meta.copy_retried`; `meta.copies_parent` when it copied again).
     `made`: designs a stopped run made for these slots, same prompt and attempt: they are yielded
     as they are, not asked for again. `keep` gets each new design the moment it is answered,
     before earlier slots are done, so a stop loses only what is still being generated.
@@ -154,20 +255,35 @@ def run(backend: Backend, documents: list[Document] | None, memory: list[Memory]
     rng = random.Random(derive_seed(cfg.seed, cfg.round, attempt_key, 1))
     requests = []
     for slot in slots:
+        if slot.repairs is not None:
+            requests.append(Request.repair(slot, cfg))
+            continue
         doc = sampler.next() if sampler is not None else None
         requests.append(Request(slot, doc, *prompt_for(slot, doc, memory, cfg, rng)))
     sampling = Sampling(**{**cfg.sampling.__dict__,
                            "seed": derive_seed(cfg.seed, cfg.round, attempt_key, 2)})
-    earlier = {(d.slot, d.attempt, d.prompt): d for d in made}
+    again = Sampling(**{**cfg.sampling.__dict__,
+                        "temperature": max(cfg.sampling.temperature, COPY_TEMPERATURE),
+                        "seed": derive_seed(cfg.seed, cfg.round, attempt_key, 3)})
+    earlier = {(d.slot, d.attempt, _prompt_key(d.prompt)): d for d in made}
     ready = {i: earlier[r.key] for i, r in enumerate(requests) if r.key in earlier}
     todo = [i for i in range(len(requests)) if i not in ready]
-    pending = dict(zip(_ask(backend, [requests[i].conversation for i in todo],
-                            [sampling.one(i) for i in todo]), todo))
+    pending = {future: (i, sampling) for future, i in zip(
+        _ask(backend, [requests[i].conversation for i in todo], [sampling.one(i) for i in todo]),
+        todo)}
+    copied: dict[int, Completion] = {}  # repairs that copied their parent, asked once more
 
     def collect(done: Iterable[Future[Completion]]) -> None:
         for future in done:
-            answered = pending.pop(future)
-            ready[answered] = requests[answered].design(future.result(), backend, cfg)
+            answered, used = pending.pop(future)
+            request, answer = requests[answered], future.result()
+            if request.copies(answer) and answered not in copied:
+                copied[answered] = answer
+                pending[_ask(backend, [request.conversation], [again.one(answered)])[0]] = \
+                    (answered, again)
+                continue
+            ready[answered] = request.design(answer, backend, cfg, used,
+                                             copy_retried=answered in copied)
             keep(ready[answered])
 
     try:
@@ -188,6 +304,15 @@ def run(backend: Backend, documents: list[Document] | None, memory: list[Memory]
             future.cancel()
 
 
+# A repair that copied its parent is asked again at least this hot (the designer's 0.6 gave
+# copies in 12 of 17 hand-made repairs of the 1.5B coder)
+COPY_TEMPERATURE = 1.0
+
+
+def _prompt_key(prompt: str | list[dict]) -> str:
+    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+
+
 @dataclass(frozen=True)
 class Request:
     """One slot's prompt, and what its design record says of where the prompt came from."""
@@ -197,26 +322,53 @@ class Request:
     text: str
     memory_ids: list[str]
     meta: dict
+    asked: tuple[dict, ...] = ()  # a repair: the conversation so far, the repair turn last
+
+    @classmethod
+    def repair(cls, slot: Slot, cfg: Config) -> "Request":
+        parent, reject = slot.repairs, slot.reject
+        assert parent is not None and reject is not None
+        text = repair_message(parent, reject, cfg)
+        kept = {k: v for k, v in parent.meta.items() if k in ("doc_title", "variant",
+                                                               "app_domain")}
+        meta = {**kept, "repair": {"check": reject.check, "reject": reject.id}}
+        return cls(slot, None, text, list(parent.memory_ids), meta,
+                   (*parent.conversation, {"role": "user", "content": text}))
+
+    @property
+    def prompt(self) -> str | list[dict]:
+        return list(self.asked) if self.asked else self.text
 
     @property
     def key(self) -> tuple[int, int, str]:
-        return self.slot.slot, self.slot.attempt, self.text
+        return self.slot.slot, self.slot.attempt, _prompt_key(self.prompt)
 
     @property
     def conversation(self) -> list[dict]:
-        return [{"role": "user", "content": self.text}]
+        return list(self.asked) or [{"role": "user", "content": self.text}]
 
-    def design(self, done: Completion, backend: Backend, cfg: Config) -> Design:
-        slot = self.slot
+    def copies(self, answer: Completion) -> bool:
+        parent = self.slot.repairs
+        return parent is not None and same_code(answer.text, parent.completion)
+
+    def design(self, done: Completion, backend: Backend, cfg: Config, sampling: Sampling,
+               copy_retried: bool = False) -> Design:
+        slot, parent = self.slot, self.slot.repairs
+        meta = {**self.meta, "finish_reason": done.finish_reason,
+                "temperature": sampling.temperature}
+        if copy_retried:
+            meta.update(copy_retried=True, copies_parent=self.copies(done))
+        repair = {} if parent is None else {
+            "turn": parent.turn + 1, "repairs": parent.id,
+            "first_turn": parent.conversation_id}
         return Design(domain=cfg.domain, skill=slot.skill, difficulty=cfg.difficulty,
-                      round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=self.text,
+                      round=cfg.round, slot=slot.slot, attempt=slot.attempt, prompt=self.prompt,
                       completion=done.text, prompt_ids=done.prompt_ids,
                       completion_ids=done.completion_ids, logprobs=done.logprobs,
-                      corpus_doc=self.doc.id if self.doc else None,
+                      corpus_doc=parent.corpus_doc if parent else
+                      (self.doc.id if self.doc else None),
                       memory_ids=self.memory_ids, policy=backend.policy,
-                      parents=self.memory_ids,
-                      meta={**self.meta, "finish_reason": done.finish_reason,
-                            "temperature": cfg.sampling.temperature})
+                      parents=[parent.id] if parent else self.memory_ids, meta=meta, **repair)
 
 
 def _ask(backend: Backend, conversations: list[list[dict]],

@@ -113,10 +113,48 @@ class Design(Record):
     corpus_doc: str | None = None
     memory_ids: list[str] = Field(default_factory=list)
     source_path: str | None = None
+    # A repair continues a rejected design's conversation: `prompt` is then the whole
+    # conversation so far, `repairs` the design it answers, `first_turn` the conversation's
+    # turn-1 design, and `turn` counts the designer's answers in it (1: no repair yet).
+    turn: int = 1
+    repairs: str | None = None
+    first_turn: str | None = None
 
     def identity(self) -> dict[str, Any]:
         # Declared fields only: a jq annotation (an extra field) is not the design's content.
-        return self.model_dump(mode="json", include=set(type(self).model_fields) - self.unhashed)
+        # A turn-1 design leaves the repair fields out, so designs written before repairs
+        # existed keep their ids.
+        fields = set(type(self).model_fields) - self.unhashed
+        if self.turn == 1 and self.repairs is None and self.first_turn is None:
+            fields -= set(REPAIR_FIELDS)
+        return self.model_dump(mode="json", include=fields)
+
+    @property
+    def conversation(self) -> list[dict[str, Any]]:
+        """The messages this design answered, its own answer last: what a repair continues."""
+        asked = self.prompt if isinstance(self.prompt, list) else \
+            [{"role": "user", "content": self.prompt}]
+        return [*asked, {"role": "assistant", "content": self.completion}]
+
+    @property
+    def conversation_id(self) -> str:
+        """The turn-1 design of the conversation this design belongs to."""
+        return self.first_turn or self.id
+
+
+REPAIR_FIELDS = ("turn", "repairs", "first_turn")
+
+
+def designer_turn(verdict: Record) -> int:
+    """The designer turn that wrote the design an env or reject came from (validate's
+    `meta.design`; 1 when the design was no repair)."""
+    return int(verdict.meta.get("design", {}).get("turn", 1))
+
+
+def conversation_of(verdict: Record) -> str | None:
+    """The turn-1 design of the conversation an env or reject came from."""
+    first = verdict.meta.get("design", {}).get("first_turn")
+    return first or (verdict.parents[0] if verdict.parents else None)
 
 
 class Env(Record):
@@ -213,6 +251,10 @@ class Regret(Record):
     chance: Number | None = None  # the env's blind win rate (validation), None if unknown
     at_chance: bool = False  # the no-hint win is within noise of chance: luck, not skill
     rejected_by: str | None = None
+    # which designer sample the reward trains (score-regret): "first_turn", the reference's
+    # rule (a repaired env pays its turn-1 design 0), or "conversation" (--train-repairs:
+    # every assistant turn of the repair conversation, paid the env's reward)
+    designer_sample: Literal["first_turn", "conversation"] = "first_turn"
 
 
 class Memory(Record):

@@ -19,7 +19,10 @@ reference's memory win rate). In the `regret` variant an env with a step that ti
 invalid penalty, and so does an env whose hint gives its answer away (`meta.hint.leak`,
 stages/hint.py: its regret measures the leak, not learnability; `hint_leaks` on the record);
 rejected designs are discarded by default (the paper: they earn nothing), so
-they neither train nor move their skill's mean. A play spade could not record (outcome
+they neither train nor move their skill's mean; with a reject penalty, each design
+conversation that never became an env is penalised once. An env from a repair (a later
+designer turn) pays its conversation's turn-1 design 0, the reference's rule; with
+`train_repairs` it pays the whole conversation its reward (`designer_sample` on the record). A play spade could not record (outcome
 `internal_error`) counts as broken too, and an env whose regret record cannot be built or
 written (a case spade does not handle yet) gets a broken record with `ok: false` and an
 `internal.*` error, counted in `Diagnostics.internal` (stages/isolation.py).
@@ -36,7 +39,8 @@ from typing import Iterable
 from stages import rewards
 from stages.leaks import leaking
 from stages.isolation import INTERNAL, isolated
-from stages.records import Env, Failure, Record, Regret, Rollout, Validation
+from stages.records import (Env, Failure, Record, Regret, Rollout, Validation, conversation_of,
+                            designer_turn)
 from stages.rewards import RewardConfig
 
 # what the env broke: a crash, a hang, its limits, its clock over a play (`env_budget`), or
@@ -52,6 +56,7 @@ class Config:
     window: int = 4
     rewards: RewardConfig = field(default_factory=RewardConfig)
     learnable_band: tuple[float, float] = (0.2, 0.8)
+    train_repairs: bool = False  # a repaired env pays its whole conversation, not turn 1 0
 
 
 @dataclass
@@ -91,7 +96,7 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
                        lambda failure: _unscored(env_id, envs.get(env_id), failure, cfg))
               for env_id in plays]
     if cfg.rewards.reject_penalty is not None:
-        scored += [_invalid(reject, cfg) for reject in rejects]
+        scored += [_invalid(reject, cfg) for reject in unrepaired(rejects, envs.values())]
     n_agent = sum(1 for group in plays.values() for p in group
                   if not p.hint and p.round == cfg.round)
     scale = rewards.designer_scale(n_agent, max(1, len(scored)), cfg.window, cfg.rewards)
@@ -123,7 +128,7 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
         raw = rc.invalid_penalty
     else:
         raw = rewards.designer_raw(win, regret, rc, skill_ema.get(skill), window_rewards, chance)
-    design_id = env.parents[0] if env and env.parents else None
+    design_id, raw, sample = _credit(env, raw, cfg)
     return Regret(env_id=env_id, skill=skill, round=cfg.round,
                   hint_reward=rewards.mean_or(hinted, None),
                   no_hint_reward=rewards.mean_or(matched, None), regret=regret, win=win,
@@ -134,7 +139,20 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
                   plateau=rewards.plateau(rewards.plateau_win(win, chance, rc), rc),
                   design_id=design_id, n_hint=len(hinted), n_no_hint=len(window),
                   variant=rc.variant, broken=broken, hint_leaks=leaks, chance=chance,
-                  at_chance=at_chance(win, chance, len(window)))
+                  at_chance=at_chance(win, chance, len(window)), designer_sample=sample)
+
+
+def _credit(env: Env | None, raw: float, cfg: Config) -> tuple[str | None, float, str]:
+    """Which design an env's reward trains, what it earns, and as which sample. An env from a
+    repair pays its conversation's turn-1 design 0 (the reference's `turn1_valid`: the designer
+    is paid only for what it got right unaided), or with `train_repairs` pays the whole
+    conversation (its last design) the env's reward."""
+    design_id = env.parents[0] if env and env.parents else None
+    if env is None or designer_turn(env) == 1:
+        return design_id, raw, "first_turn"
+    if cfg.train_repairs:
+        return design_id, raw, "conversation"
+    return conversation_of(env), 0.0, "first_turn"
 
 
 def recorded_chance(env: Env | None) -> float | None:
@@ -196,12 +214,29 @@ def _unscored(env_id: str, env: Env | None, failure: Failure, cfg: Config) -> Re
                   variant=cfg.rewards.variant, broken=True, ok=False, error=failure)
 
 
+def unrepaired(rejects: list[Validation], envs: Iterable[Env]) -> list[Validation]:
+    """The last reject of each design conversation that no repair turned into an env: one
+    penalty per conversation, none for one that ended valid (its env pays it)."""
+    valid = {conversation_of(env) for env in envs}
+    last: dict[str | None, Validation] = {}
+    for reject in rejects:
+        key = conversation_of(reject)
+        if key not in valid and (key not in last or designer_turn(reject) >
+                                 designer_turn(last[key])):
+            last[key] = reject
+    return list(last.values())
+
+
 def _invalid(reject: Validation, cfg: Config) -> Regret:
     design_id = reject.parents[0] if reject.parents else None
+    sample = "first_turn"
+    if designer_turn(reject) > 1:  # a conversation that stayed invalid
+        design_id, sample = (design_id, "conversation") if cfg.train_repairs \
+            else (conversation_of(reject), "first_turn")
     return Regret(env_id="", skill=reject.skill, round=cfg.round, regret=0.0, win=0.0,
                   designer_reward=cfg.rewards.reject_penalty, parents=list(reject.parents),
                   policy=reject.policy, design_id=design_id, variant=cfg.rewards.variant,
-                  broken=True, rejected_by=reject.check)
+                  broken=True, rejected_by=reject.check, designer_sample=sample)
 
 
 def _skill_ema(history: list[Regret], current: dict[str, float],

@@ -175,19 +175,47 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
                 samples += play_samples(play, advantage, cfg, skipped)
     if "designer" in cfg.roles:
         for regret in regrets:
-            design = designs.get(regret.design_id or "")
-            if design is None:
-                skipped["designer_without_design_record"] += 1
-                continue
-            if not design.completion_ids or design.prompt_ids is None or not design.logprobs:
-                skipped["designer_no_token_ids"] += 1
-                continue
-            _require_finite([regret.designer_advantage], regret, "designer_advantage")
-            _require_finite(design.logprobs, design, "logprobs")
-            samples.append(Sample.of_turn("designer", design.prompt_ids, design.completion_ids,
-                                          design.logprobs, regret.designer_advantage,
-                                          _temperature(design), design.id))
+            samples += designer_samples(regret, designs, skipped)
     return samples, dict(skipped)
+
+
+def designer_samples(regret: Regret, designs: dict[str, Design],
+                     skipped: dict[str, int]) -> list[Sample]:
+    """The design a regret record pays, or with `designer_sample = "conversation"` every
+    designer turn of its repair conversation: one sequence when the turns extend each other
+    token for token, else one sample per turn."""
+    turns = design_conversation(designs, regret.design_id or "") \
+        if regret.designer_sample == "conversation" else \
+        [designs[regret.design_id]] if regret.design_id in designs else []
+    if not turns:
+        skipped["designer_without_design_record"] += 1
+        return []
+    if any(not d.completion_ids or d.prompt_ids is None or not d.logprobs for d in turns):
+        skipped["designer_no_token_ids"] += 1
+        return []
+    _require_finite([regret.designer_advantage], regret, "designer_advantage")
+    for design in turns:
+        _require_finite(design.logprobs, design, "logprobs")
+    advantage, temperature, source = regret.designer_advantage, _temperature(turns[0]), turns[-1].id
+    if len(turns) > 1 and turns_extend(turns) and \
+            len({_temperature(d) for d in turns}) == 1:
+        return [conversation_sample("designer", turns, [True] * len(turns), advantage,
+                                    temperature, source)]
+    return [Sample.of_turn("designer", d.prompt_ids, d.completion_ids, d.logprobs, advantage,
+                           _temperature(d), source, per_turn=len(turns) > 1) for d in turns]
+
+
+def design_conversation(designs: dict[str, Design], last: str) -> list[Design]:
+    """The designs of a repair conversation, turn 1 first, walking back from `last` through
+    `repairs`; empty when one of them is not among `designs`."""
+    turns: list[Design] = []
+    design_id: str | None = last
+    while design_id is not None:
+        if design_id not in designs:
+            return []
+        turns.append(designs[design_id])
+        design_id = turns[-1].repairs
+    return turns[::-1]
 
 
 # The env outcome of a play whose step raised (or whose worker died or replied garbage) while
@@ -253,18 +281,26 @@ def turns_extend(turns: list) -> bool:
 
 def episode_sample(play: Rollout, advantage: float, temperature: float,
                    carries_loss: list[bool]) -> Sample:
-    """The play as one sequence: its last prompt (which holds every earlier turn) and last
-    completion, with loss on each turn's completion tokens that `carries_loss` keeps."""
-    last = play.turns[-1]
+    """The play as one sequence (conversation_sample over its turns)."""
+    return conversation_sample("agent", play.turns, carries_loss, advantage, temperature,
+                               play.id)
+
+
+def conversation_sample(role: str, turns: list, carries_loss: list[bool], advantage: float,
+                        temperature: float, source: str) -> Sample:
+    """Turns that extend each other as one sequence: the last prompt (which holds every
+    earlier turn) and the last completion, with loss on each turn's completion tokens that
+    `carries_loss` keeps."""
+    last = turns[-1]
     positions: list[int] = []
     sampled: list[float] = []
-    for turn, loss in zip(play.turns, carries_loss):
+    for turn, loss in zip(turns, carries_loss):
         if loss:
             start = len(turn.prompt_ids)
             positions += range(start, start + len(turn.completion_ids))
             sampled += turn.logprobs[:len(turn.completion_ids)]
-    return Sample("agent", last.prompt_ids + last.completion_ids, positions, sampled,
-                  advantage, temperature, play.id)
+    return Sample(role, last.prompt_ids + last.completion_ids, positions, sampled,
+                  advantage, temperature, source)
 
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)

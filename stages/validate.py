@@ -8,7 +8,9 @@ first failing check (sandbox/contract.py CHECKS) and why. A design made from a f
 `meta.source_file`, and so do its env or validation record. An env without `solution()` (the
 reference code's multi-turn game template has none) passed every check but the oracle, which
 could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
-in `Stats.extra["envs_without_oracle"]`.
+in `Stats.extra["envs_without_oracle"]`. A repair's verdict says which designer turn wrote it
+and the conversation's turn-1 design (`meta.design = {"turn", "first_turn"}`), and
+`Stats.extra["by_turn"]` counts designs and envs per turn.
 Guarantees: generated code only ever runs inside jailed workers (two at a time per design, for
 the contract's checks and then for stages/trivial.py: one computes the solutions, the other
 plays); a hang, crash, memory or output blow-up is a reject with its sandbox outcome, never a
@@ -52,7 +54,7 @@ from stages import trivial
 from stages.executor import Executor, LocalExecutor
 from stages.isolation import INTERNAL, isolated
 from stages.records import (Design, Env, Failure, Record, RecordError, Validation, derive_seed,
-                            program_hash as source_hash)
+                            designer_turn, program_hash as source_hash)
 from stages.shards import Stats
 
 HEADER_RE = re.compile(r"^#\s*spade:\s*(.*)$", re.M)
@@ -94,9 +96,7 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
     drawn = validation_seeds(base, design, VALIDATION_SEEDS + SPARE_SEEDS)
     seeds = Seeds(drawn[:VALIDATION_SEEDS], drawn[VALIDATION_SEEDS:])
     meta = {"validation": {"seed": base, "seeds": seeds.used}}  # grows by any spare drawn
-    source_file = design.meta.get("source_file")  # a hand-written env: its verdict names it
-    if source_file is not None:
-        meta["source_file"] = source_file
+    meta.update(design_meta(design))
     source = None
 
     def reject(exc: ContractError) -> Validation:
@@ -108,7 +108,7 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
 
     try:
         # the slips nobody means are mended before the checks, and each mend recorded
-        source = check_size(design.completion) if source_file is not None \
+        source = check_size(design.completion) if "source_file" in meta \
             else extract(design.completion)
         source, mended = repair_boxed_escapes(source)
         if mended:
@@ -149,10 +149,19 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
                tools=facts.tools, parents=[design.id], policy=design.policy, meta=meta)
 
 
+def design_meta(design: Design) -> dict:
+    """What a verdict says of its design: the file a hand-written env came from, and for a
+    repair its turn and the conversation's turn-1 design (what score-regret pays)."""
+    meta: dict = {k: v for k, v in design.meta.items() if k == "source_file"}
+    if design.turn > 1:
+        meta["design"] = {"turn": design.turn, "first_turn": design.conversation_id}
+    return meta
+
+
 def validate_isolated(design: Design, cfg: Config) -> Env | Validation:
     """validate_one, where an unexpected error becomes this design's `internal` reject."""
     def internal(failure: Failure) -> Validation:
-        meta = {k: v for k, v in design.meta.items() if k == "source_file"}
+        meta = design_meta(design)
         return Validation(check="internal", outcome=INTERNAL, domain=design.domain,
                           skill=design.skill, parents=[design.id], policy=design.policy,
                           round=design.round, slot=design.slot, attempt=design.attempt,
@@ -171,6 +180,10 @@ def run(designs: Iterable[Record], cfg: Config, stats: Stats,
 
 
 def _count(record: Env | Validation, stats: Stats) -> Env | Validation:
+    turn = stats.extra.setdefault("by_turn", {}).setdefault(str(designer_turn(record)),
+                                                            {"designs": 0, "envs": 0})
+    turn["designs"] += 1
+    turn["envs"] += isinstance(record, Env)
     if isinstance(record, Validation):
         stats.reasons[record.check] += 1
     elif record.meta.get("oracle") == "none":

@@ -62,6 +62,8 @@ class EnvInfo:
 class DesignInfo:
     round: int
     attempt: int
+    slot: int = 0
+    turn: int = 1  # the designer's turn in its conversation (2 and up: a repair)
 
 
 def cut(text: str, limit: int = EXAMPLE_CHARS) -> str:
@@ -332,7 +334,7 @@ def _fold(run: RunData, record: Record, dir_round: int, where: str = "",
     run._seen.add(key)
     run.counts[number][record.kind] += 1
     if isinstance(record, Design):
-        run.designs[record.id] = DesignInfo(number, record.attempt)
+        run.designs[record.id] = DesignInfo(number, record.attempt, record.slot, record.turn)
         if len(run.design_samples[number]) < DESIGN_SAMPLES:
             run.design_samples[number].append(DesignSample(
                 record.id, number, record.attempt, record.slot, record.skill,

@@ -197,6 +197,10 @@ def validation(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                 for a, acc in attempts.items() if a is not None]
     rows.append(_acceptance_row("all rounds", "all", overall,
                                 metric(pct(overall.rate), "acceptance_rate", "all")))
+    by_turn = tables.turn_yield(run)
+    numbers["slot_yield_by_turn"] = {n: [filled / slots if slots else None
+                                         for filled, slots in turns]
+                                     for n, turns in by_turn.items()}
     reasons = {n: a[None].reasons for n, a in found.items()}
     captions = {n: f"{a[None].accepted} of {a[None].designs} accepted" for n, a in found.items()}
     chart = (plots.chart_stacked(charts, "validation.png", "reject reasons per round", reasons,
@@ -208,8 +212,23 @@ def validation(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                 f"are the failing check (an audit reject after validation passed counts as "
                 f"audit).")
             + start + chart + table(["round", "attempt", "designs", "accepted", "rejected",
-                                     "acceptance rate", "reject reasons", "not judged"], rows))
+                                     "acceptance rate", "reject reasons", "not judged"], rows)
+            + _turn_yield_table(by_turn))
     return Section("validation", title, body)
+
+
+def _turn_yield_table(by_turn: dict[int, list[tuple[int, int]]]) -> str:
+    """Slots filled by designer turn, where repairs ran: turn 1, after one repair, ..."""
+    if not by_turn:
+        return ""
+    turns = max(len(t) for t in by_turn.values())
+    heads = ["turn 1"] + [f"after {n} repair{'s' if n > 1 else ''}" for n in range(1, turns)]
+    rows = [[f"r{n:02d}", str(found[0][1])] + [f"{filled} ({pct(filled / slots)})"
+                                               for filled, slots in found]
+            + ["—"] * (turns - len(found)) for n, found in by_turn.items()]
+    return (say("Slots filled by designer turn: a repair goes on with a rejected design's "
+                "conversation, telling the designer which check failed and why.")
+            + table(["round", "slots", *heads], rows))
 
 
 def skills(run: RunData, charts: Charts, numbers: Numbers) -> Section:

@@ -185,12 +185,16 @@ class Verdict:
     accepted: bool
 
 
+def accepted_designs(run: RunData) -> set[str]:
+    origins = run.origins()
+    return {parent for envs in run.envs.values() for env_id, env in envs.items()
+            if origins[env_id] == "designed" for parent in env.parents}
+
+
 def verdicts(run: RunData) -> list[Verdict]:
     """One per design of this run (and per reject whose design record is not in the run)."""
     rejected = run.rejected_designs()
-    origins = run.origins()
-    accepted = {parent for envs in run.envs.values() for env_id, env in envs.items()
-                if origins[env_id] == "designed" for parent in env.parents}
+    accepted = accepted_designs(run)
     out = []
     for design_id, design in run.designs.items():
         check = rejected[design_id][1].check if design_id in rejected else None
@@ -216,6 +220,26 @@ def acceptance(run: RunData) -> dict[int, dict[int | None, Acceptance]]:
         out[number] = {None: acceptance_of(found)}
         for attempt in sorted({v.attempt for v in found}):
             out[number][attempt] = acceptance_of(v for v in found if v.attempt == attempt)
+    return out
+
+
+def turn_yield(run: RunData) -> dict[int, list[tuple[int, int]]]:
+    """Per round with repairs: for turn 1, 2, ... the (slots filled by then, slots): a slot is
+    filled at the first designer turn whose design was accepted."""
+    accepted = accepted_designs(run)
+    out = {}
+    for number in sorted({d.round for d in run.designs.values()}):
+        designs = [(d, i) for i, d in run.designs.items() if d.round == number]
+        last = max(d.turn for d, _ in designs)
+        if last == 1:
+            continue
+        filled: dict[int, int] = {}  # slot -> the turn that filled it
+        for design, design_id in designs:
+            if design_id in accepted:
+                filled[design.slot] = min(filled.get(design.slot, design.turn), design.turn)
+        slots = len({d.slot for d, _ in designs})
+        out[number] = [(sum(t <= turn for t in filled.values()), slots)
+                       for turn in range(1, last + 1)]
     return out
 
 

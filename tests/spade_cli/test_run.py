@@ -316,6 +316,31 @@ def test_an_audit_stage_judges_each_attempt_and_its_rejects_are_retried(tmp_path
     assert lines[7].endswith("runs/tiny/r00/audit-a0 runs/tiny/r00/audit-a1 pool.jsonl")
 
 
+def test_with_repair_later_attempts_go_on_with_the_rejected_designs(tmp_path, monkeypatch):
+    workspace = make_workspace(tmp_path)
+    monkeypatch.chdir(workspace)
+    recipe = workspace / "tiny.toml"
+    recipe.write_text(recipe.read_text().replace("attempts = 2\n", "attempts = 2\nrepair = true\n"))
+    result = runner.invoke(app, ["run", "tiny.toml", "--dry-run", "--rounds", "1"])
+    assert result.exit_code == 0, result.stderr
+    designs = [line for line in result.stdout.splitlines() if line.startswith("spade design")]
+    assert "--retry" not in designs[0] and "--repair" not in designs[0]
+    assert designs[1].endswith("--retry runs/tiny/r00/validate-a0 --retry "
+                               "runs/tiny/r00/design-a0 --repair")
+
+
+@pytest.mark.parametrize("table,message", [
+    ('[[stage]]\ncommand = "validate"\nrepair = true\n',
+     "'repair' is a runner key of the design stage only"),
+    ('[[stage]]\ncommand = "design"\nrepair = "yes"\n', 'repair: expected true or false, got "yes"'),
+])
+def test_repair_is_a_design_stage_switch(tmp_path, table, message):
+    path = tmp_path / "r.toml"
+    path.write_text('schema = "spade.recipe/v1"\nname = "x"\nrun_dir = "r"\nrounds = 1\n' + table)
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 65 and message in result.stderr
+
+
 PAPER_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "qwen3-8b-tool-use.toml"
 
 

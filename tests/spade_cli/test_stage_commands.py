@@ -126,6 +126,34 @@ def test_design_retry_redesigns_rejected_slots(chain, tmp_path):
     assert done.exit_code == 0 and done.stdout == "" and "0 designs for 0 slots" in done.stderr
 
 
+def test_design_repair_goes_on_with_each_rejected_designs_conversation(chain):
+    root, _ = chain
+    result = invoke("design", "--model", root / "tiny", "-b", 2, "--max-tokens", 8,
+                    "--retry", root / "checked", "--retry", root / "designs", "--repair",
+                    "--max-attempts", 2)
+    assert result.exit_code == 0, result.stderr
+    first = {d["id"]: d for d in lines((root / "designs").joinpath(
+        next(p.name for p in (root / "designs").glob("design-*.jsonl"))).read_text())}
+    repairs = lines(result.stdout)
+    assert [(d["slot"], d["attempt"], d["turn"]) for d in repairs] == [(0, 1, 2), (1, 1, 2)]
+    for repair in repairs:
+        parent = first[repair["repairs"]]
+        assert repair["first_turn"] == parent["id"]
+        assert repair["prompt"][1] == {"role": "assistant", "content": parent["completion"]}
+        assert "Failed check" in repair["prompt"][-1]["content"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--repair"], "--repair goes with --retry"),
+    (["--retry", "checked", "--repair"], "is not in the --retry inputs: pass its design shard"),
+])
+def test_design_repair_without_the_designs_is_a_usage_error(chain, args, message):
+    root, _ = chain
+    result = invoke("design", "--model", root / "tiny", "--max-attempts", 2,
+                    *[root / a if a == "checked" else a for a in args])
+    assert result.exit_code == 2 and message in result.stderr and result.stdout == ""
+
+
 @pytest.mark.parametrize("args,code,message", [
     (["design"], 2, "Missing option '--model'"),
     (["design", "--model", "x", "--backend", "tpu"], 2, "--backend must be hf, vllm or openai"),

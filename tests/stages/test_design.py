@@ -183,3 +183,71 @@ def test_each_design_is_kept_as_soon_as_it_is_answered_not_in_slot_order():
     assert [slot for slot, _ in yielded] == [0, 1, 2, 3]
     slot, kept_by_then = yielded[0]
     assert slot == 0 and sorted(kept_by_then[:3]) == [1, 2, 3] and kept_by_then[3] == 0
+
+
+# -- repair turns --------------------------------------------------------------------------
+
+BROKEN_SOURCE = "import socket\n" + SEED_SOURCE  # a `structure` reject, naming line 1
+
+
+def broken_until_told(messages, tools):
+    """A stand-in designer: its first answer imports socket; told why, it answers fixed."""
+    told = len(messages) > 1 and "Failed check" in messages[-1]["content"]
+    return f"```python\n{SEED_SOURCE if told else BROKEN_SOURCE}```"
+
+
+def test_a_repair_continues_the_conversation_with_the_reason_and_is_accepted(nsjail_ok):
+    cfg = stage.Config(batch=2, max_attempts=3)
+    asked = []
+    backend = ScriptedBackend(lambda messages, tools: (asked.append(messages),
+                                                       broken_until_told(messages, tools))[1])
+    first = list(stage.run(backend, DOCS, [], cfg, stage.fresh_slots(cfg)))
+    checked = list(validate.run(first, validate.Config(), Stats()))
+    assert [r.kind for r in checked] == ["validation", "validation"]  # 0 accepted before
+    repairs = list(stage.run(backend, DOCS, [], cfg, stage.repair_slots(checked, first, cfg)))
+    for repair, parent, reject, request in zip(repairs, first, checked, asked[2:]):
+        assert (repair.turn, repair.repairs, repair.first_turn) == (2, parent.id, parent.id)
+        assert (repair.slot, repair.attempt) == (parent.slot, 1)
+        assert request[:2] == [{"role": "user", "content": parent.prompt},
+                               {"role": "assistant", "content": parent.completion}]
+        said = request[-1]["content"]  # the reason, in the designer's own conversation
+        assert "structure" in said and reject.error.msg in said
+        assert "`import socket`" in said  # the line the message points at, quoted
+        assert repair.prompt == request and repair.parents == [parent.id]
+    after = list(validate.run(repairs, validate.Config(), Stats()))
+    assert [r.kind for r in after] == ["env", "env"]  # all accepted after one repair
+    assert [r.meta["design"] for r in after] == [
+        {"turn": 2, "first_turn": parent.id} for parent in first]
+
+
+def test_a_repair_that_copies_its_parent_is_asked_again_hotter():
+    cfg = stage.Config(batch=1, max_attempts=2)
+    parent = next(stage.run(ScriptedBackend(broken_until_told), DOCS, [], cfg,
+                            stage.fresh_slots(cfg)))
+    reject = Validation(check="structure", slot=0, attempt=0, skill=parent.skill,
+                        parents=[parent.id], error={"type": "structure", "msg": "line 1: no"})
+    answers = iter([parent.completion, f"```python\n{SEED_SOURCE}```"])
+    backend = ScriptedBackend(lambda messages, tools: next(answers))
+    repair = next(stage.run(backend, DOCS, [], cfg, stage.repair_slots([reject], [parent], cfg)))
+    assert backend.calls == 2 and repair.completion.endswith(f"{SEED_SOURCE}```")
+    assert repair.meta["copy_retried"] and not repair.meta["copies_parent"]
+    assert repair.meta["temperature"] == stage.COPY_TEMPERATURE
+
+
+def test_a_repair_needs_the_design_it_repairs():
+    cfg = stage.Config(max_attempts=2)
+    reject = Validation(check="parse", slot=0, attempt=0, skill="spatial", parents=["des_x"])
+    try:
+        stage.repair_slots([reject], [], cfg)
+    except KeyError as missing:
+        assert missing.args == ("des_x",)
+    else:
+        raise AssertionError("a repair without its design was planned")
+
+
+def test_turn_one_designs_keep_the_ids_they_had_before_repairs():
+    design = stage.Design(domain="game", skill="spatial", prompt="p", completion="c")
+    assert "turn" not in design.identity() and design.conversation_id == design.id
+    repaired = design.model_copy(update={"turn": 2, "repairs": design.id,
+                                         "first_turn": design.id, "id": ""})
+    assert repaired.identity()["turn"] == 2

@@ -224,3 +224,44 @@ def test_solve_rate_is_the_references_memory_win_rate_and_win_the_mean_reward():
     rewards = [0.277, -0.091, 0.507, -0.719, 0.499, -0.431, 0.526, -0.934]
     (regret,), _ = score([env("a")] + plays("env_a", rewards))
     assert regret.solve_rate == 0.5 and regret.win == pytest.approx(-0.04575)
+
+
+# -- repair turns ----------------------------------------------------------------------------
+
+def repaired(name, turn=2):
+    """An env a repair made: design des_<name>_t<turn>, in the conversation of des_<name>."""
+    made = env(name)
+    return made.model_copy(update={"parents": [f"des_{name}_t{turn}"], "meta": {
+        "design": {"turn": turn, "first_turn": f"des_{name}"}}})
+
+
+def test_a_repaired_env_pays_its_turn_one_design_zero_and_is_still_scored():
+    """The reference's rule (turn1_valid): the turn-1 design trains, and earns the env's
+    reward only when it was valid itself."""
+    records = [env("a"), repaired("b")] + plays("env_a", [1, 0], hint=True) \
+        + plays("env_a", [1, 0]) + plays("env_b", [1, 1], hint=True) + plays("env_b", [1, 0])
+    by_env = {r.env_id: r for r in score(records)[0]}
+    fair = by_env["env_a"].designer_reward
+    assert fair > 0 and by_env["env_a"].design_id == "des_a"
+    b = by_env["env_b"]
+    assert (b.design_id, b.designer_reward, b.designer_sample) == ("des_b", 0.0, "first_turn")
+    assert b.regret == pytest.approx(0.5) and b.win == 0.5  # its plays still measured
+    trained = {r.env_id: r for r in score(records, train_repairs=True)[0]}["env_b"]
+    assert (trained.design_id, trained.designer_sample) == ("des_b_t2", "conversation")
+    assert trained.designer_reward == pytest.approx(fair + 0.4)  # regret 0.5 vs 0: +0.4
+
+
+def test_a_reject_penalty_counts_each_conversation_once_and_none_that_ended_valid():
+    turn = lambda name, t, first: Validation(  # noqa: E731
+        check="oracle", skill="spatial", parents=[f"des_{name}"],
+        meta={} if t == 1 else {"design": {"turn": t, "first_turn": f"des_{first}"}})
+    records = [repaired("b")] + plays("env_b", [1, 0]) + [
+        turn("b", 1, "b"),                                  # b: rejected, then repaired
+        turn("c", 1, "c"), turn("c_t2", 2, "c"), turn("c_t3", 3, "c"),  # c: never valid
+        turn("d", 1, "d")]                                  # d: a plain reject
+    penalty = RewardConfig(reject_penalty=-0.5)
+    rejected = [r for r in score(records, rewards=penalty)[0] if r.rejected_by]
+    assert sorted(r.design_id for r in rejected) == ["des_c", "des_d"]
+    whole = [r for r in score(records, rewards=penalty, train_repairs=True)[0] if r.rejected_by]
+    assert sorted((r.design_id, r.designer_sample) for r in whole) == [
+        ("des_c_t3", "conversation"), ("des_d", "first_turn")]

@@ -259,6 +259,35 @@ def test_designer_samples_come_from_regret_and_design_records():
     assert skipped == {"designer_without_design_record": 1}
 
 
+def repair_conversation(repair_temperature=0.6):
+    """A turn-1 design and its repair whose prompt holds turn 1 token for token."""
+    first = Design(completion="broken", prompt_ids=[1, 2], completion_ids=[3, 4],
+                   logprobs=[-0.1, -0.2], meta={"temperature": 0.6})
+    repair = Design(completion="fixed", prompt_ids=[1, 2, 3, 4, 9], completion_ids=[5, 6],
+                    logprobs=[-0.3, -0.4], turn=2, repairs=first.id, first_turn=first.id,
+                    meta={"temperature": repair_temperature})
+    return first, repair
+
+
+def test_train_repairs_trains_every_designer_turn_of_the_conversation_as_one_sample():
+    first, repair = repair_conversation()
+    turn_one = Regret(env_id="env_a", design_id=first.id, designer_advantage=1.0)
+    (sample,), _ = stage.build_samples([first, repair, turn_one], CFG)
+    assert sample.ids == [1, 2, 3, 4] and sample.loss_positions == [2, 3]  # the default
+    whole = Regret(env_id="env_a", design_id=repair.id, designer_advantage=1.0,
+                   designer_sample="conversation")
+    (sample,), _ = stage.build_samples([first, repair, whole], CFG)
+    assert sample.ids == [1, 2, 3, 4, 9, 5, 6] and sample.loss_positions == [2, 3, 5, 6]
+    assert sample.sampled_logprobs == [-0.1, -0.2, -0.3, -0.4] and sample.source == repair.id
+    hotter = repair_conversation(repair_temperature=1.0)
+    regret = whole.model_copy(update={"design_id": hotter[1].id})
+    samples, _ = stage.build_samples([*hotter, regret], CFG)  # two temperatures: per turn
+    assert [(s.temperature, s.per_turn, s.source) for s in samples] == [
+        (0.6, True, hotter[1].id), (1.0, True, hotter[1].id)]
+    _, skipped = stage.build_samples([repair, whole], CFG)  # turn 1 not among the inputs
+    assert skipped == {"designer_without_design_record": 1}
+
+
 def crashed(play, outcome="program_error"):
     """`play` as the rollout stage records one the env broke: its last turn (the step that
     failed) keeps the agent's completion and has no observation; reward 0, ok false."""

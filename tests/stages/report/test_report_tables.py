@@ -1,5 +1,6 @@
 """stages.report.tables: the numbers per round, checked against hand-computed values."""
 
+import orjson
 import pytest
 
 from stages.report import tables
@@ -91,3 +92,28 @@ def test_flat_means_round_off_or_sampling_noise(values, is_flat):
 
 def test_mean_of_numbers_whose_sum_overflows():
     assert tables.mean([1.7e308, 1.7e308]) == pytest.approx(1.7e308)
+
+
+def test_slots_filled_by_designer_turn_count_each_slot_at_its_first_accepted_turn(tmp_path):
+    """Two slots; slot 0's repair is accepted at turn 2, slot 1 stays rejected: 0 of 2 filled
+    at turn 1, 1 of 2 after one repair. A round without repairs has no such row."""
+    from stages.records import Design, Env, Validation
+
+    def shard(folder, records):
+        (tmp_path / "r00" / folder).mkdir(parents=True)
+        (tmp_path / "r00" / folder / f"{records[0].kind}-0.jsonl").write_bytes(
+            b"".join(orjson.dumps(r.to_dict()) + b"\n" for r in records))
+
+    first = [Design(slot=s, skill="spatial", completion=f"c{s}") for s in (0, 1)]
+    repairs = [Design(slot=s, attempt=1, skill="spatial", completion=f"r{s}", turn=2,
+                      repairs=d.id, first_turn=d.id) for s, d in enumerate(first)]
+    shard("design-a0", first)
+    shard("design-a1", repairs)
+    shard("validate-a0", [Validation(check="oracle", slot=d.slot, parents=[d.id]) for d in first])
+    shard("validate-a1", [Env(domain="game", class_name="AEnv", source="x", source_hash="x",
+                              max_turns=3, parents=[repairs[0].id])])
+    assert tables.turn_yield(load_run(tmp_path)) == {0: [(0, 2), (1, 2)]}
+
+
+def test_a_run_without_repairs_has_no_turn_yield(built):
+    assert built.numbers["slot_yield_by_turn"] == {}
