@@ -15,6 +15,10 @@ What a subclass sets in `setup()` (called by `reset`, with `self.rng` already se
     self.instructions list of 3-5 user requests, revealed one at a time
     self.criteria     list of callables `state -> bool`, one per instruction
 
+`solution()` builds its actions with `self.call(name, **arguments)` and `self.finish()`, so a
+designer never writes the `<tool_call>` tags (a model's chat template may treat them as special
+tokens and end its turn there).
+
 A subclass defines only `setup`, `solution`, `max_turns`, `tool_<name>` methods, its own private
 helpers, and optionally `__init__` and `close` (DESIGNER_NAMES); validation rejects a class that
 redefines any other name of this base class (`internal_names()`), such as `reset`, `step` or
@@ -69,6 +73,18 @@ class ToolUseBaseEnv:
             FORMAT_PENALTY,
             error="format",
         )
+
+    # -- for solution(): actions without writing the tags --------------------------------
+    def call(self, tool, /, **arguments):
+        """The action that calls `tool` with `arguments`: `self.call("find_order",
+        order_id=oid)` is `<tool_call>{"name": "find_order", ...}</tool_call>` (positional
+        `tool`, so a tool may have a parameter of any name, `name` and `tool` included)."""
+        return "<tool_call>" + json.dumps({"name": tool, "arguments": arguments}) + \
+            "</tool_call>"
+
+    def finish(self):
+        """The action that ends the episode once every request is fulfilled."""
+        return "<answer>done</answer>"
 
     def get_tools(self):
         return [

@@ -305,3 +305,23 @@ def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(nsjai
     whole = Design(completion=f"```python\n{example.read_text()}```",
                    meta={"finish_reason": "length"})
     assert isinstance(stage.validate_one(whole, stage.Config(seed=0)), Env)
+
+
+TAGGED_SOLUTION = '''        return [f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>"
+                for n, a in self._plan] + ["<answer>done</answer>"]'''
+
+
+def test_a_tool_use_solution_built_with_call_and_finish_is_accepted(nsjail_ok):
+    """The base class writes the action text, so a designer never types `<tool_call>`."""
+    source = next(p for p in seed_library.files("tool_use")
+                  if p.name == "bank_transfers.py").read_text()
+    assert TAGGED_SOLUTION in source
+    untagged = source.replace(TAGGED_SOLUTION, "        return [self.call(n, **a) for n, a in "
+                                               "self._plan] + [self.finish()]")
+    helper_overridden = untagged.replace("    def solution(self):", "    def call(self, n, **a):\n"
+                                         "        return 'win'\n\n    def solution(self):")
+    designs = [Design(domain="tool_use", skill="tool_selection", completion=f"```python\n{s}```")
+               for s in (untagged, helper_overridden)]
+    accepted, rejected = stage.run(designs, stage.Config(), Stats())
+    assert accepted.kind == "env" and "<tool_call>" not in accepted.source
+    assert rejected.check == "structure" and "call" in rejected.error.msg
