@@ -13,7 +13,10 @@ finished parts and the designs a stopped part had made, so a study of hours on a
 can be stopped and resumed, and `-n` raised later to add parts; `--jobs J` designs J parts at
 once. `--revalidate DIR` validates
 the stored designs again and prints the old and new tables, so a validator change is measured
-on the same designs. Runs the real commands as subprocesses.
+on the same designs. `--repairs R` gives each rejected design up to R repair turns
+(`spade design --retry ... --repair`) and prints a second table: per domain, the slots filled at
+turn 1 and after each repair, the repairs that copied their parent, reject reasons by check per
+turn, and tokens and seconds per repair. Runs the real commands as subprocesses.
 """
 
 from __future__ import annotations
@@ -153,6 +156,8 @@ def study(args) -> list[dict]:
         part = out / domain / f"part-{index:02d}"
         design_part(args, domain, part, sampling, batch, args.seed + index)
         validate(part / "designs", part / "validated", args.seed)
+        for turn in range(2, args.repairs + 2):
+            repair_part(args, domain, part, sampling, args.seed + index, turn)
 
     # parts at once: a server batching many requests makes more tokens a second in all, and
     # one part's slowest design then does not leave it idle
@@ -162,11 +167,85 @@ def study(args) -> list[dict]:
                      for domain in args.domains]:  # domains in turn: a queue serves both
             done.result()
     rows = [domain_row(out, domain, "validated") for domain in args.domains]
+    turns = [turn_row(out, domain, args.repairs) for domain in args.domains] \
+        if args.repairs else []
     wall = time.monotonic() - started
     (out / "study.json").write_text(json.dumps({"sampling": sampling, "max_tokens":
                                                 args.max_tokens, "jobs": args.jobs,
-                                                "wall_seconds": wall, "rows": rows}, indent=1))
-    return rows, wall
+                                                "wall_seconds": wall, "rows": rows,
+                                                "repairs": args.repairs, "turns": turns},
+                                               indent=1))
+    return rows, turns, wall
+
+
+def turn_dirs(part: Path, turn: int) -> tuple[Path, Path]:
+    """A part's designs and verdicts of designer turn `turn` (1: the fresh designs)."""
+    if turn == 1:
+        return part / "designs", part / "validated"
+    return part / f"repair-{turn}", part / f"repaired-{turn}"
+
+
+def repair_part(args, domain: str, part: Path, sampling: dict, seed: int, turn: int) -> None:
+    """Repair the rejects of turn - 1 (nothing when it had none) and validate the repairs."""
+    designs, checked = turn_dirs(part, turn - 1)
+    if not any(r.get("kind") == "validation" for r in records(checked)):
+        return
+    out, verdicts = turn_dirs(part, turn)
+    timing_file = part / f"timing-{turn}.json"
+    if not finished(out):
+        started = time.monotonic()
+        subprocess.run(design_command(args, domain, out, sampling, 1, seed) + [
+            "--retry", str(checked), "--retry", str(designs), "--repair",
+            "--max-attempts", str(args.repairs + 1)], check=True)
+        timing_file.write_text(json.dumps({"seconds": time.monotonic() - started,
+                                           "made": len(records(out))}))
+    validate(out, verdicts, args.seed)
+
+
+def turn_row(folder: Path, domain: str, repairs: int) -> dict:
+    """Slots filled by turn, copies, rejects by check and cost per turn, over every part."""
+    slots, filled_at, per_turn = 0, [], []
+    for turn in range(1, repairs + 2):
+        designs, checked, seconds, made = [], [], 0.0, 0
+        for part in sorted((folder / domain).glob("part-*")):
+            made_dir, verdict_dir = turn_dirs(part, turn)
+            if not verdict_dir.exists():
+                continue
+            designs += records(made_dir)
+            checked += records(verdict_dir)
+            if turn > 1 and (part / f"timing-{turn}.json").exists():
+                timing = json.loads((part / f"timing-{turn}.json").read_text())
+                seconds, made = seconds + timing["seconds"], made + timing["made"]
+        if turn == 1:
+            slots = len(designs)
+        filled_at += [turn] * sum(r.get("kind") == "env" for r in checked)
+        cells = row(domain, designs, checked, seconds / made if made else None)
+        cells["copies"] = sum(bool(d.get("meta", {}).get("copy_retried")) for d in designs)
+        cells["copied_again"] = sum(bool(d.get("meta", {}).get("copies_parent"))
+                                    for d in designs)
+        per_turn.append(cells)
+    return {"domain": domain, "slots": slots,
+            "filled": [sum(t <= turn for t in filled_at) for turn in range(1, repairs + 2)],
+            "turns": per_turn}
+
+
+def turn_table(rows: list[dict]) -> str:
+    lines = ["slots filled by designer turn (repairs continue the rejected design's conversation)",
+             f"{'domain':<9} {'turn':>4} {'asked':>5} {'accepted':>8} {'filled':>10} "
+             f"{'copies':>6} {'tokens':>7} {'s/design':>8}  rejects by check"]
+    for r in rows:
+        for turn, (cells, filled) in enumerate(zip(r["turns"], r["filled"]), 1):
+            rejects = ", ".join(f"{c} {n}" for c, n in sorted(cells["rejects"].items())) or "-"
+            tokens = f"{cells['tokens']:.0f}" if cells["tokens"] is not None else "-"
+            seconds = f"{cells['seconds']:.1f}" if cells["seconds"] is not None else "-"
+            copies = f"{cells['copies']}/{cells['copied_again']}" if turn > 1 else "-"
+            share = f"{filled}/{r['slots']}"
+            lines.append(f"{r['domain']:<9} {turn:>4} {cells['designs']:>5} "
+                         f"{cells['accepted']:>8} {share:>10} {copies:>6} {tokens:>7} "
+                         f"{seconds:>8}  {rejects}")
+    lines.append("copies: repairs that answered with their parent's code and were asked again / "
+                 "that copied it again")
+    return "\n".join(lines)
 
 
 def revalidate(folder: Path, seed: int) -> tuple[list[dict], list[dict]]:
@@ -195,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
     parser.add_argument("--max-tokens", type=int, default=sampling["max-tokens"] or 4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repairs", type=int, default=0, metavar="R",
+                        help="repair turns for each rejected design (0: none)")
     parser.add_argument("-o", "--out", default="runs/designer")
     parser.add_argument("--revalidate", metavar="DIR", help="validate a study's designs again")
     parser.add_argument("--request-timeout", type=float, default=7200.0, metavar="SECONDS",
@@ -212,10 +293,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.base_url or args.model):
         parser.error("give --base-url or -m MODEL")
-    rows, wall = study(args)
+    rows, turns, wall = study(args)
     print(table(rows, f"designer study: {args.base_url or args.model}, sampling "
                       f"{ {k: v for k, v in sampling.items() if k != 'max-tokens'} }",
                 args.max_tokens))
+    if turns:
+        print(turn_table(turns))
     print(f"this run: {wall:.0f} s with {args.jobs} part(s) at once; s/design is a part's own "
           f"seconds over the designs it made (a resumed part adds up its runs)")
 

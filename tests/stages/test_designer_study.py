@@ -60,3 +60,20 @@ def test_a_study_rerun_keeps_its_finished_parts_and_adds_the_new_ones(tiny_model
     seeds = [json.loads((out / "game" / f"part-{k:02d}" / "designs" / "_manifest.json")
                         .read_text())["config"]["seed"] for k in range(3)]
     assert seeds == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_study_with_repairs_counts_slots_filled_by_turn(tiny_model, tmp_path, capsys,
+                                                          nsjail_ok):
+    """The tiny model never writes a module: each repair turn asks for every slot again, and
+    the table shows 0 filled at every turn."""
+    study = load()
+    out = tmp_path / "study"
+    study.main(["-m", tiny_model, "-n", "2", "--max-tokens", "8", "-o", str(out), "--domains",
+                "game", "--repairs", "2", "--design-arg=--no-corpus"])
+    assert "slots filled by designer turn" in capsys.readouterr().out
+    (turns,) = json.loads((out / "study.json").read_text())["turns"]
+    assert turns["slots"] == 2 and turns["filled"] == [0, 0, 0]
+    assert [t["designs"] for t in turns["turns"]] == [2, 2, 2]
+    repairs = study.records(out / "game" / "part-00" / "repair-3")
+    assert {d["turn"] for d in repairs} == {3}
