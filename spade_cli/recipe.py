@@ -1,9 +1,9 @@
 """Recipes: a TOML file that chains the stage commands into SPADE's co-training loop.
 
 In: `recipe.toml` (schema `spade.recipe/v1`): `name`, `run_dir`, `rounds`, `seed`, `[model]`,
-`[defaults]`, an ordered `[[stage]]` list whose keys are the subcommand's own options (plus the
-runner's keys `command`, `every`, `attempts`, `args`, on the design stage `repair`, and on the
-eval stage `retention`).
+`[defaults]`, optionally `[serve]` and `[designer]` (below), an ordered `[[stage]]` list whose
+keys are the subcommand's own options (plus the runner's keys `command`, `every`, `attempts`,
+`args`, on the design stage `repair`, and on the eval stage `retention`).
 Out: per round, the `spade ...` command lines the loop needs, wired through the run directory:
 `RUN/r<NN>/<stage>/` shard dirs, `RUN/ckpt/step-NNNNNN/`, `RUN/memory/`, `RUN/recipe.json`.
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
@@ -31,11 +31,19 @@ suite's). Round 0's envs are never rewritten and the sample depends on their ids
 alone, so every eval point plays the same envs, and the report can draw how the first envs are
 played as training goes on.
 
+A separate designer (a `[designer]` table: `backend` openai, vllm or hf, `base-url` for openai,
+`model`, `api-key-env`): design, hint and audit ask that model (`--backend B [--base-url URL]
+--model M --policy NAME`, so their records name it) instead of the run's model or server, and
+never the key: the runner hands the stage the key as OPENAI_API_KEY in its environment, read
+from the variable `api-key-env` names (spade_cli/run.py). Rollout, train-grpo and eval keep
+the run's model. Such a designer is frozen: train-grpo gets `--roles agent` and no design
+shards, so no designer sample trains.
+
 Server mode (a `[serve]` table: `python`, `port`, `args`, `sleep`, `start-timeout`,
 `restarts`, `request-timeout`, and the engine's layout `data-parallel`, `tensor-parallel`, `expert-parallel`): one
-vLLM server holds the policy for the whole run; every generating stage reaches it with
-`--backend openai --base-url URL --model spade-policy --policy CKPT` instead of loading its own
-engine, and train-grpo still trains the checkpoint directory in-process. The layout: the engine
+vLLM server holds the policy for the whole run; every generating stage (but those a
+`[designer]` answers) reaches it with `--backend openai --base-url URL --model spade-policy
+--policy CKPT` instead of loading its own engine, and train-grpo still trains the checkpoint directory in-process. The layout: the engine
 uses data-parallel x tensor-parallel GPUs (replicas of tensor-parallel GPUs each, vLLM's
 `--data-parallel-size` and `--tensor-parallel-size`), and `expert-parallel = true` spreads a MoE
 model's experts over all of them (`--enable-expert-parallel`); it is said there only, never also
@@ -64,7 +72,7 @@ from stages.records import RecordError
 SCHEMA = "spade.recipe/v1"
 # what a recipe may say outside its [[stage]] tables: top-level keys, and the tables' keys
 TOP_KEYS = ("schema", "name", "run_dir", "rounds", "seed", "start_pool", "memory", "memory_seed")
-TABLES = ("model", "defaults", "serve", "stage")
+TABLES = ("model", "defaults", "serve", "designer", "stage")
 MODEL_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "init": (lambda v: isinstance(v, str) and v != "", "a model name or directory"),
     "path": (lambda v: isinstance(v, str) and v != "", "a directory"),
@@ -90,6 +98,26 @@ TRAINER_JOBS = "trainer"  # RUN/trainer: where, in server mode, train-grpo's res
 # The stages that generate: in server mode they reach the run's server, so the runner sets how.
 GENERATING = ("design", "audit", "hint", "rollout", "eval")
 SERVER_WIRED = {"backend", "base-url", "api-key", "policy"}
+# The stages a `[designer]` table answers for, and what the runner then sets itself: how they
+# reach the designer, and train-grpo's roles (a separate designer is frozen: the agent alone)
+DESIGNER_COMMANDS = ("design", "hint", "audit")
+DESIGNER_WIRED = {**{command: {"backend", "base-url", "api-key", "policy"}
+                     for command in DESIGNER_COMMANDS}, "train-grpo": {"roles"}}
+KEY_VARIABLE = "OPENAI_API_KEY"  # what the stages' --api-key defaults to (spade_cli/options.py)
+DESIGNER_BACKENDS = ("openai", "vllm", "hf")
+# [designer] key -> (whether a value fits, what fits, said in an error)
+DESIGNER_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "backend": (lambda v: isinstance(v, str) and v in DESIGNER_BACKENDS,
+                f"one of {', '.join(DESIGNER_BACKENDS)}"),
+    "base-url": (lambda v: isinstance(v, str) and re.match(r"https?://.", v) is not None,
+                 "an http:// or https:// URL"),
+    "model": (lambda v: isinstance(v, str) and v != "",
+              "the server's model name (openai) or a model directory (hf, vllm)"),
+    # a name only, never the key; a shell name, since --dry-run prints it as "$NAME"
+    "api-key-env": (lambda v: isinstance(v, str)
+                    and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) is not None,
+                    "the name of an environment variable"),
+}
 # [serve] key -> (whether a value fits, what fits, said in an error)
 SERVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "python": (lambda v: isinstance(v, str), "a string"),
@@ -138,6 +166,37 @@ class Serve:
 
 
 @dataclass(frozen=True)
+class Designer:
+    """A recipe's `[designer]` table: the model design, hint and audit ask instead of the run's
+    own. It is never trained (frozen)."""
+
+    backend: str  # DESIGNER_BACKENDS
+    model: str  # the server's model name (openai), else a model directory
+    base_url: str | None = None  # openai only
+    api_key_env: str | None = None  # the NAME of the variable holding the key, never the key
+
+    @property
+    def policy(self) -> str:
+        """What its records name as their policy: `URL#model` as the openai backend names a
+        server's model, or the model directory."""
+        return f"{self.base_url}#{self.model}" if self.base_url else self.model
+
+    def args(self) -> list[str]:
+        """How design, hint and audit reach it (its key goes by environment: key_name)."""
+        where = ["--base-url", self.base_url] if self.base_url else []
+        return ["--backend", self.backend, *where, "--model", self.model, "--policy", self.policy]
+
+    def key_name(self, command: str) -> str | None:
+        """The variable whose value `spade command` gets as OPENAI_API_KEY, if any."""
+        return self.api_key_env if command in DESIGNER_COMMANDS else None
+
+    def __str__(self) -> str:
+        """`MODEL (frozen, openai at URL)`: run.log and --dry-run say it so."""
+        where = f" at {self.base_url}" if self.base_url else ""
+        return f"{self.model} (frozen, {self.backend}{where})"
+
+
+@dataclass(frozen=True)
 class Stage:
     command: str
     options: dict[str, Any]
@@ -162,6 +221,7 @@ class Recipe:
     memory: bool = True  # false: the no-memory ablation (design prompts without examples)
     memory_seed: str | None = None  # env shards that fill the memory before round 0
     serve: Serve | None = None  # server mode: one engine for the run
+    designer: Designer | None = None  # a separate, frozen designer for design, hint and audit
     raw: dict[str, Any] = field(default_factory=dict)
 
     def stage(self, command: str, hint: bool | None = None) -> Stage | None:
@@ -259,6 +319,7 @@ def load(path: str, rounds: int | None = None) -> Recipe:
     if not isinstance(raw.get("seed", 0), int) or isinstance(raw.get("seed"), bool):
         raise RecordError(f"seed: expected an integer, got {json.dumps(raw['seed'])}", path)
     serve = load_serve(raw["serve"], f"{path}: serve") if "serve" in raw else None
+    designer = load_designer(raw["designer"], f"{path}: designer") if "designer" in raw else None
     stages = []
     for index, table in enumerate(raw.get("stage", []), 1):
         command = table.get("command")
@@ -275,6 +336,9 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                                   f"{_suggest(key, sorted(known | RUNNER_KEYS))}", where)
             if key in WIRED[command] and not (command == "rollout" and key == "hint"):
                 raise RecordError(f"'{key}' is set by the runner for `spade {command}`", where)
+            if designer and key in DESIGNER_WIRED.get(command, ()):
+                raise RecordError(f"'{key}' is set by the runner with a separate designer "
+                                  f"([designer])", where)
             if serve and command in GENERATING and key in SERVER_WIRED:
                 raise RecordError(f"'{key}' is set by the runner in server mode ([serve])",
                                   where)
@@ -305,7 +369,7 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                   seed=int(raw.get("seed", 0)), model=model,
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
                   memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
-                  serve=serve, raw=raw)
+                  serve=serve, designer=designer, raw=raw)
 
 
 def check_retention(table: dict[str, Any], command: str, where: str) -> None:
@@ -468,6 +532,71 @@ def load_serve(table: Any, where: str) -> Serve:
     return Serve(**settings)
 
 
+def load_designer(table: Any, where: str) -> Designer:
+    """The `[designer]` table, checked: unknown keys, wrong types, a missing backend or model,
+    and a base-url or api-key-env that the backend cannot use stop the run (exit 65)."""
+    if not isinstance(table, dict):
+        raise RecordError(f"expected a table, got {json.dumps(table)}", where)
+    settings = {}
+    for key, value in table.items():
+        key = key.replace("_", "-")
+        if key not in DESIGNER_KEYS:
+            raise RecordError(f"'{key}' is not a designer setting ({', '.join(DESIGNER_KEYS)})",
+                              where)
+        fits, expected = DESIGNER_KEYS[key]
+        if not fits(value):
+            raise RecordError(f"{key}: expected {expected}, got {json.dumps(value)}", where)
+        settings[key] = value
+    for key in ("backend", "model"):
+        if key not in settings:
+            raise RecordError(f"{key}: missing ({DESIGNER_KEYS[key][1]})", where)
+    served = settings["backend"] == "openai"
+    if served and "base-url" not in settings:
+        raise RecordError("base-url: required with backend openai", where)
+    for key in ("base-url", "api-key-env"):
+        if key in settings and not served:
+            raise RecordError(f"{key}: for backend openai only, not {settings['backend']}", where)
+    model = settings["model"] if served else os.path.expanduser(settings["model"])
+    return Designer(settings["backend"], model, settings.get("base-url"),
+                    settings.get("api-key-env"))
+
+
+def check_designer(recipe: Recipe) -> None:
+    """Before round 0 of a real run: the variable `api-key-env` names is set
+    (BackendUnavailable, exit 69), and a local designer's model is a model here (exit 66 or 69,
+    as check_init)."""
+    designer = recipe.designer
+    if designer is None:
+        return
+    designer_environment(recipe, "design")  # the key is there
+    if designer.backend == "openai":
+        return
+    from spade_cli.options import check_model
+    from stages.backends import check_model_files
+    from stages.shards import InputMissing
+
+    try:
+        check_model_files(check_model(designer.model))
+    except InputMissing as exc:
+        raise InputMissing(f"{recipe.path}: [designer] model: {exc}") from None
+
+
+def designer_environment(recipe: Recipe, command: str) -> dict[str, str]:
+    """What `spade command` gets in its environment for the recipe's designer: the key as
+    OPENAI_API_KEY, read now from the variable `api-key-env` names (BackendUnavailable, exit
+    69, when it is unset or empty); nothing for other commands or without a key."""
+    name = recipe.designer.key_name(command) if recipe.designer else None
+    if name is None:
+        return {}
+    key = os.environ.get(name)
+    if not key:
+        from stages.backends import BackendUnavailable
+
+        raise BackendUnavailable(f"{recipe.path}: designer: api-key-env: ${name} is not set: "
+                                 f"export the designer's API key as {name}")
+    return {KEY_VARIABLE: key}
+
+
 def check_defaults(defaults: dict[str, Any], where: str) -> None:
     """A default applies to every stage command that has the option: it must suit them all."""
     for key, value in defaults.items():
@@ -524,10 +653,18 @@ class Loop:
         run's server, which then holds `model` (so records name it as their policy)."""
         return [*self.server, "--policy", model] if self.server else ["--model", model]
 
+    def designer(self, model: str) -> list[str]:
+        """How design, hint and audit reach the designer: the recipe's separate one, else the
+        policy itself (as `engine`)."""
+        return self.recipe.designer.args() if self.recipe.designer else self.engine(model)
+
     def wired(self, command: str) -> set[str]:
+        wired = WIRED[command]
         if self.server and command in GENERATING:
-            return WIRED[command] | SERVER_WIRED
-        return WIRED[command]
+            wired = wired | SERVER_WIRED
+        if self.recipe.designer:
+            wired = wired | DESIGNER_WIRED.get(command, set())
+        return wired
 
     def template(self, text: str, round: int) -> str:
         return text.format(run_dir=self.run, round=round, **shipped_shards())
@@ -599,14 +736,14 @@ class Loop:
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
             self.call(self.argv(design, round, ["--round", str(round), "--every",
-                                                str(self.recipe.window), *self.engine(model),
+                                                str(self.recipe.window), *self.designer(model),
                                                 *self.memory_in(round), "-o", out]
                                 + retry, []), f"design {label}")
             self.call(self.argv(validate, round, ["--allow-all-rejected", "-o", checked], [out]),
                       f"validate {label}")
             audit, audited = self.recipe.stage("audit"), self.dir(round, f"audit-a{attempt}")
             if audit and self.produced(checked, "env"):
-                self.call(self.argv(audit, round, ["--designs", out, *self.engine(model), "-o",
+                self.call(self.argv(audit, round, ["--designs", out, *self.designer(model), "-o",
                                                    audited], [checked]), f"audit {label}")
             if not any(self.produced(self.dir(round, f"{check}-a{attempt}"), "validation")
                        for check in self.checks):
@@ -631,7 +768,7 @@ class Loop:
             return pool
         envs = [self.dir(start, "hint")]
         if first and pool:
-            self.call(self.argv(hint, round, [*self.engine(model), "-o", envs[0]], pool),
+            self.call(self.argv(hint, round, [*self.designer(model), "-o", envs[0]], pool),
                       "hint")
         return envs
 
@@ -687,9 +824,11 @@ class Loop:
             return model
         out = self.dir(round, "train-grpo")
         resident = ["--trainer", self.trainer] if self.trainer else []
+        # a separate designer is frozen: the train records count agent samples alone
+        frozen = ["--roles", "agent"] if self.recipe.designer else []
         self.call(self.argv(train, round, ["--model", model, "--ckpt-dir", f"{self.run}/ckpt",
-                                           "--round", str(round), "-o", out, *resident],
-                            inputs), "train-grpo")
+                                           "--round", str(round), "-o", out, *resident,
+                                           *frozen], inputs), "train-grpo")
         return self.model_after_train(out, model)
 
     def designer_sets_due(self, round: int, start: int) -> list[int]:
@@ -698,6 +837,8 @@ class Loop:
         still open, scored over the rounds it had."""
         if not self.recipe.stage("design"):
             return []  # a fixed pool (the fixed-env baseline): no designer samples to train
+        if self.recipe.designer:
+            return []  # a separate designer is frozen: its designs never train the policy
         k = self.recipe.window
         due = [start - k] if round == start and start >= k else []
         return due + ([start] if round == self.recipe.rounds - 1 else [])

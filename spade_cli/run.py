@@ -53,6 +53,12 @@ def run(
     RUN/run.log has a line per engine start and per reload; RUN/serve.log has the server's
     output.
 
+    With a `[designer]` table, design, hint and audit ask that model (an OpenAI-compatible
+    server, or a local hf or vllm model) instead of the run's; it is frozen: train-grpo trains
+    the agent role alone. Its API key is read from the variable `api-key-env` names (exit 69
+    when it is not set) and reaches those stages as OPENAI_API_KEY in their environment, never
+    on a command line or in RUN/run.log.
+
     Examples:
 
         spade run recipes/quickstart.toml
@@ -82,6 +88,7 @@ def run(
             print_pipeline(recipe, from_round)
         else:
             recipes.check_init(recipe)
+            recipes.check_designer(recipe)
             check_devices(recipe)
             execute(recipe, from_round)
 
@@ -113,7 +120,8 @@ def recipe_plan(recipe, box) -> tuple[list, object]:
         if stage.command == "rollout":
             label += " --hint" if stage.options.get("hint") else " --no-hint"
         stages.append((label, stage.command, stage.options))
-    return plan.stage_rows(shape, stages, recipe.defaults, recipe.serve, box), shape
+    return plan.stage_rows(shape, stages, recipe.defaults, recipe.serve, box,
+                           recipe.designer), shape
 
 
 def show_plan(recipe, gpus: int | None, gpu_memory: float | None,
@@ -263,6 +271,8 @@ def print_pipeline(recipe, from_round: int) -> None:
     sleep = recipe.serve is not None and sleeps(recipe.serve)
     if recipe.serve:
         print_serve(recipe, sleep)
+    if recipe.designer:
+        print_designer(recipe.designer)
 
     def call(argv, label):
         if sleep and argv[0] == "train-grpo":
@@ -270,7 +280,7 @@ def print_pipeline(recipe, from_round: int) -> None:
                                                 "the GPU")
         print(f"# {label}" + (" (runs while rejected slots remain)" if "attempt" in label
                               and not label.split()[2].startswith("1/") else ""))
-        print(shell_words(argv))
+        print(key_prefix(recipe, argv[0]) + shell_words(argv))
 
     def after_train(out, current):
         print(f'MODEL="$(ls -d {shlex.quote(run_dir)}/ckpt/step-* | sort | tail -n 1)"')
@@ -297,6 +307,27 @@ def shell_words(argv: list[str]) -> str:
     argument that is exactly `$MODEL` or `$BASE_URL` is the runner's; every other argument,
     recipe values included, is quoted so that the shell reads it as it is."""
     return "spade " + " ".join(f'"{a}"' if a in SHELL_VARS else shlex.quote(a) for a in argv)
+
+
+def print_designer(designer) -> None:
+    """The script's comment on a separate designer: who it is, that it is frozen, and which
+    variable its key comes from (the name, never the key)."""
+    from spade_cli.recipe import KEY_VARIABLE
+
+    print(f"# designer: {one_line_comment(designer)} designs, hints and audits: a separate "
+          f"model, never trained (train-grpo trains the agent role alone)")
+    if designer.api_key_env:
+        print(f"# its API key: ${designer.api_key_env}, given to those commands as "
+              f"{KEY_VARIABLE} and to no other")
+
+
+def key_prefix(recipe, command: str) -> str:
+    """`OPENAI_API_KEY="$NAME" ` before a command that gets the designer's key (the variable's
+    name, never its value), else nothing."""
+    from spade_cli.recipe import KEY_VARIABLE
+
+    name = recipe.designer.key_name(command) if recipe.designer else None
+    return f'{KEY_VARIABLE}="${name}" ' if name else ""
 
 
 def one_line_comment(text: str) -> str:
@@ -590,6 +621,9 @@ def run_locked(recipe, from_round: int, run_dir: Path) -> None:
     remove_temp_files(run_dir)  # a killed run's half-written files: the lock says none is live
     recipes.write_json(run_dir / "recipe.json", resolved)
     summary.open_run_log(run_dir / "run.log")
+    if recipe.designer:
+        summary.log_line(f"run {recipe.name}: designer {recipe.designer} designs, hints and "
+                         f"audits; train-grpo trains the agent role alone")
     group = commands.group()
     progress = Progress(f"run {recipe.name}", "rounds", recipe.rounds, periodic=False)
     current = {"round": from_round}
@@ -616,7 +650,8 @@ def run_locked(recipe, from_round: int, run_dir: Path) -> None:
             trainer.before(argv)
         summary.log_line(f"$ {recipes.shell_line(argv)}")
         try:
-            group.main(args=argv, prog_name="spade", standalone_mode=False)
+            with environment(recipes.designer_environment(recipe, argv[0])):
+                group.main(args=argv, prog_name="spade", standalone_mode=False)
         except SystemExit as exc:
             if exc.code not in (0, None):
                 if engine:  # a stage that failed because the server died says so
@@ -665,6 +700,23 @@ def run_locked(recipe, from_round: int, run_dir: Path) -> None:
                                 "resolved": resolved})
     summary.log_line(f"run {recipe.name}: {recipe.rounds} rounds done, model {model}",
                      echo=True)
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ for one stage, then what was there before: the stages run in this
+    process, so this is their environment (the designer's key reaches design, hint and audit
+    so, and no other stage)."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def warn_rerun(name: str, index: int, before: dict | None, now: dict) -> None:

@@ -3,8 +3,8 @@
 In: a model's shape (its config.json, or, for the paper's models when the directory is not
 there yet, their published configs: `KNOWN_SHAPES`), each stage's settings (train-grpo's
 `nproc`, `offload`, `lora-rank`, `micro-batch-tokens`, `gradient-checkpointing`, `kl-beta`;
-the engine's layout from `[serve]`; the recipe's `context-length`) and a box (GPUs, bytes
-each, the node's host memory).
+the engine's layout from `[serve]`; the recipe's `context-length`; a separate `[designer]`)
+and a box (GPUs, bytes each, the node's host memory).
 Out: a `Row` per stage: the GPUs it uses, bytes per GPU by part (weights, grads, optimizer,
 activations, logits, KV cache), the peak of those per GPU, the bytes it may use, the host memory
 it needs on the node, and whether it fits; `first_misfit` names the first stage that does not.
@@ -38,6 +38,10 @@ keeps between rounds and the refill from it (`resident_host`); per node, every r
 the main rank's bf16 export and the runtimes' allowances.
 LoRA adapts every linear of the blocks but MoE experts and the router, and its KL anchor is the
 base itself with the adapter switched off (as train-grpo computes it).
+A separate designer answers design, hint and audit: one behind a server (openai) is not on the
+box and not counted; a local one (hf, vllm) is another model there, counted in those rows as
+an engine of its own, by its shape (not counted where its shape is unknown, or beside the
+run's awake server in server mode, and the row says so).
 Not computed, fixed allowances instead: the CUDA context, NCCL's buffers and the allocator's
 fragmentation (`RESERVE` a GPU), vLLM's own activations and graphs (`ENGINE_WORKSPACE`), what a
 sleeping engine keeps (`ENGINE_ASLEEP`), the runtimes' host memory (`RANK_HOST`,
@@ -75,6 +79,7 @@ OFFLOADS = ("none", "optimizer", "all", "auto")
 SERVER_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default (spade serve)
 IN_PROCESS_UTILIZATION = 0.85  # stages/backends/vllm.py
 GENERATING = ("design", "audit", "hint", "rollout", "eval")
+DESIGNING = ("design", "audit", "hint")  # the stages a separate designer answers for
 CPU_STAGES = ("validate", "score-regret")
 
 
@@ -542,10 +547,11 @@ class Row:
 
 
 def stage_rows(shape: Shape, stages: list[tuple[str, str, dict]], defaults: dict, serve,
-               box: Box) -> list[Row]:
+               box: Box, designer=None) -> list[Row]:
     """A row per stage of a recipe, in order. `stages`: (label, command, options with the
     recipe's keys); `serve`: the `[serve]` settings (None: each generating stage starts its
-    own engine)."""
+    own engine); `designer`: a separate designer's `backend` and `model` (None: the policy
+    designs)."""
     context = int(defaults.get("context-length") or shape.max_positions)
     server = None
     if serve is not None:
@@ -563,20 +569,48 @@ def stage_rows(shape: Shape, stages: list[tuple[str, str, dict]], defaults: dict
             rows.append(train_row(label, shape, settings, context, box, server, asleep))
         elif command not in GENERATING:
             continue
+        elif designer is not None and command in DESIGNING:
+            rows.append(designer_row(label, designer, defaults, serve is not None, box))
         elif server is not None:
             rows.append(engine_row(label, shape, server, box, "server"))
-        elif settings.get("backend", "hf") == "vllm":
-            engine = Engine(utilization=IN_PROCESS_UTILIZATION, context_length=context)
-            rows.append(engine_row(label, shape, engine, box, "own engine"))
-        elif settings.get("backend", "hf") == "hf":
-            # bf16 weights; its batches are sized to the memory left, one sequence at least
-            weights, sequence = 2 * shape.params, context * shape.kv_bytes_per_token()
-            part = Part(weights=weights, kv_cache=sequence, peak=weights + sequence,
-                        phase="generating")
-            rows.append(check(Row(label, 1, part, box.gpu_memory, "hf backend"), box))
         else:
-            rows.append(Row(label, 0, None, box.gpu_memory, "another server"))
+            rows.append(own_engine_row(label, shape, settings.get("backend", "hf"), context,
+                                       box))
     return rows
+
+
+def own_engine_row(label: str, shape: Shape, backend: str, context: int, box: Box,
+                   note: str = "") -> Row:
+    """A generating stage that loads `shape` itself: an in-process vLLM engine, or hf; another
+    server's memory is not on the box."""
+    if backend == "vllm":
+        engine = Engine(utilization=IN_PROCESS_UTILIZATION, context_length=context)
+        return engine_row(label, shape, engine, box, note + "own engine")
+    if backend == "hf":
+        # bf16 weights; its batches are sized to the memory left, one sequence at least
+        weights, sequence = 2 * shape.params, context * shape.kv_bytes_per_token()
+        part = Part(weights=weights, kv_cache=sequence, peak=weights + sequence,
+                    phase="generating")
+        return check(Row(label, 1, part, box.gpu_memory, note + "hf backend"), box)
+    return Row(label, 0, None, box.gpu_memory, note + "another server")
+
+
+def designer_row(label: str, designer, defaults: dict, served: bool, box: Box) -> Row:
+    """A stage a separate designer answers: remote, not counted; local, its own engine over its
+    own model's shape, where that shape is known and no run's server is awake beside it."""
+    name = f"designer {designer.model}"
+    if designer.backend == "openai":
+        return Row(label, 0, None, box.gpu_memory, f"{name} on its server: not counted")
+    if served:
+        return Row(label, 0, None, box.gpu_memory,
+                   f"{name}, {designer.backend}: not counted (beside the run's awake server)")
+    try:
+        shape = model_shape(designer.model)
+    except PlanError:
+        return Row(label, 0, None, box.gpu_memory,
+                   f"{name}, {designer.backend}: not counted (its shape is unknown)")
+    context = int(defaults.get("context-length") or shape.max_positions)
+    return own_engine_row(label, shape, designer.backend, context, box, f"{name}, ")
 
 
 def utilization_of(args) -> float:

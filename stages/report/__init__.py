@@ -4,7 +4,8 @@ In: a run directory (see stages.report.data). Out: `REPORT_DIR/index.html` (inli
 external requests: it renders offline) and one PNG per chart beside it (or inlined as data URIs
 with `embed_images`). Sections, in order: the mean no-hint reward per round (also the header's
 headline: the number the loop is meant to raise), overview, win rates and learnable share,
-regret and designer reward, validation (acceptance of the model's designs; the start pool apart),
+regret and designer reward, validation (which model designed: the run's, or a separate frozen
+`[designer]`, also named in the header; acceptance of its designs; the start pool apart),
 skill mix, diversity (Vendi score), evaluation, retention (only in a run with retention evals:
 the first env set played again by each eval point's checkpoint), training curves (or, when
 training had no signal, the words for it; the learning rate among them), completion length and

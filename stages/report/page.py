@@ -82,6 +82,17 @@ def model_text(recipe: dict[str, Any] | None) -> str:
     return str(model)
 
 
+def designer_text(recipe: dict[str, Any] | None) -> str:
+    """Which model designed: the recipe's `[designer]` table (a separate model, never trained),
+    else the run's own model."""
+    table = (recipe or {}).get("designer")
+    if not isinstance(table, dict):
+        return "the run's model"
+    table = {key.replace("_", "-"): value for key, value in table.items()}
+    where = f" at {table['base-url']}" if table.get("base-url") else ""
+    return f"{table.get('model')} (frozen, {table.get('backend')}{where})"
+
+
 CSS = """
 :root { --fg:#1d232a; --muted:#5b6672; --line:#d9dee3; --bg:#fff; --panel:#f6f8fa;
         --accent:#1f77b4; }
@@ -148,6 +159,7 @@ def render(run: RunData, sections: list[Section], warnings: list[str],
     (training collapse, one line each) lead the page, above the warnings and sections."""
     facts = [("run", run.name), ("directory", str(run.path.resolve())),
              ("rounds", _rounds_text(run)), ("model", model_text(run.recipe)),
+             ("designer", designer_text(run.recipe)),
              ("checkpoints", f"{len(run.checkpoints)}"
               + (f" (latest {run.checkpoints[-1]})" if run.checkpoints else "")),
              ("generated", time.strftime("%Y-%m-%d %H:%M:%S") + f" by spade {__version__}")]

@@ -20,7 +20,7 @@ from stages.report.data import (EXAMPLE_CHARS, EXAMPLE_TURNS, SOURCE_CHARS, Exam
                                 cut)
 from stages.report.diversity import (PAPER_VENDI_N, Embedder, EmbedderUnavailable,
                                      default_embedder, diversity)
-from stages.report.page import Cell, Section, esc, metric, num, pct, say, table
+from stages.report.page import Cell, Section, designer_text, esc, metric, num, pct, say, table
 from stages.report.plots import Charts, note
 
 Numbers = dict[str, Any]
@@ -185,8 +185,10 @@ def validation(run: RunData, charts: Charts, numbers: Numbers) -> Section:
     start = (say(f"Start pool: {pool} envs joined the first env set without being designed "
                  f"(the recipe's start_pool: {(run.recipe or {}).get('start_pool', '—')}); they "
                  f"are not counted here.") if pool else "")
+    designer = say(f"Designer: {designer_text(run.recipe)}.")
     if not found:
-        return Section("validation", title, note("no designs or rejects in this run") + start)
+        return Section("validation", title,
+                       designer + note("no designs or rejects in this run") + start)
     rows = []
     for n, attempts in found.items():
         rows.append(_acceptance_row(f"r{n:02d}", "all", attempts[None],
@@ -206,11 +208,12 @@ def validation(run: RunData, charts: Charts, numbers: Numbers) -> Section:
     chart = (plots.chart_stacked(charts, "validation.png", "reject reasons per round", reasons,
                                  "rejected designs", captions)
              if overall.rejected else say("No design was rejected."))
-    body = (say(f"Acceptance rate = designs accepted by every check / designs judged, per round, "
-                f"per attempt (a later attempt redesigns the slots still rejected) and over the "
-                f"run: {overall.accepted} of {overall.designs} designs accepted. Reject reasons "
-                f"are the failing check (an audit reject after validation passed counts as "
-                f"audit).")
+    body = (designer
+            + say(f"Acceptance rate = designs accepted by every check / designs judged, per "
+                  f"round, per attempt (a later attempt redesigns the slots still rejected) and "
+                  f"over the run: {overall.accepted} of {overall.designs} designs accepted. "
+                  f"Reject reasons are the failing check (an audit reject after validation "
+                  f"passed counts as audit).")
             + start + chart + table(["round", "attempt", "designs", "accepted", "rejected",
                                      "acceptance rate", "reject reasons", "not judged"], rows)
             + _turn_yield_table(by_turn))

@@ -173,6 +173,39 @@ def test_a_stage_that_does_not_fit_is_the_first_misfit_and_says_what_dominates()
     assert plan.first_misfit(small).problem == "needs 8 GPUs, the box has 4"
 
 
+def test_a_local_designer_is_planned_by_its_own_shape_and_a_remote_one_not_at_all(tmp_path):
+    """A separate designer answers design, hint and audit: rollout keeps the run's model."""
+    from types import SimpleNamespace
+
+    stages = [(c, c, {}) for c in ("design", "audit", "hint", "rollout")]
+    defaults = {"backend": "vllm", "context-length": 32768}
+    local = SimpleNamespace(backend="vllm", model="/models/Qwen3-8B")
+    rows = plan.stage_rows(plan.QWEN3_4B, stages, defaults, None, H100, local)
+    for row in rows[:3]:
+        assert row.memory.weights == 2 * plan.QWEN3_8B.params
+        assert row.note.startswith("designer /models/Qwen3-8B, own engine")
+    assert rows[3].memory.weights == 2 * plan.QWEN3_4B.params
+    # a 30B designer (61 GB of bf16 weights) on a 40 GB GPU does not fit, where the run's
+    # 4B model would
+    big = SimpleNamespace(backend="hf", model="/models/Qwen3-30B-A3B")
+    small = plan.Box(1, 40 * GiB)
+    assert plan.first_misfit(plan.stage_rows(plan.QWEN3_4B, stages, defaults, None, small,
+                                             big)).stage == "design"
+    assert plan.first_misfit(plan.stage_rows(plan.QWEN3_4B, stages, defaults, None, small,
+                                             None)) is None
+    remote = SimpleNamespace(backend="openai", model="big-designer")
+    rows = plan.stage_rows(plan.QWEN3_4B, stages, defaults, None, H100, remote)
+    assert [row.memory for row in rows[:3]] == [None] * 3 and rows[3].memory is not None
+    assert rows[0].note == "designer big-designer on its server: not counted"
+    unknown = SimpleNamespace(backend="hf", model=str(tmp_path / "my-designer"))
+    assert "not counted (its shape is unknown)" in plan.stage_rows(
+        plan.QWEN3_4B, stages, defaults, None, H100, unknown)[0].note
+    served = plan.stage_rows(plan.QWEN3_4B, stages, defaults, Serve(data_parallel=8), H100,
+                             local)
+    assert "not counted (beside the run's awake server)" in served[0].note
+    assert served[3].note.startswith("server")
+
+
 def test_auto_offload_is_the_least_that_fits_the_gpu():
     shape = plan.QWEN3_30B
     trainer = plan.Trainer(nproc=8, micro_batch_tokens=8192, context_length=32768,

@@ -288,6 +288,16 @@ def test_train_repairs_trains_every_designer_turn_of_the_conversation_as_one_sam
     assert skipped == {"designer_without_design_record": 1}
 
 
+def test_the_agent_role_alone_trains_no_designer_sample_whatever_the_inputs():
+    """What `spade run` gives train-grpo with a separate, frozen designer: `--roles agent`."""
+    design = Design(completion="x", prompt_ids=[1, 2], completion_ids=[3, 4],
+                    logprobs=[-0.5, -0.5])
+    regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=2.5)
+    samples, skipped = stage.build_samples([design, regret],
+                                           stage.Config(roles=("agent",)))
+    assert samples == [] and skipped == {}
+
+
 def crashed(play, outcome="program_error"):
     """`play` as the rollout stage records one the env broke: its last turn (the step that
     failed) keeps the agent's completion and has no observation; reward 0, ok false."""
