@@ -48,7 +48,18 @@ def rollout(
                     "played again: its remaining plays are recorded as blacklisted.")] = 1,
     blacklist_from: Annotated[list[str], typer.Option(
         help="Rollout shards of earlier rounds of these envs (repeatable): envs that ran out "
-             "the clock there are not played again.")] = [],
+             "the clock there, or whose winning plays were judged a shortcut, are not played "
+             "again.")] = [],
+    judge: Annotated[bool, typer.Option(
+        "--judge/--no-judge",
+        help="After the plays, replay each env's winning plays on other seeds of the env, in "
+             "the jail and at the play's pace: a no-hint winner whose actions win elsewhere "
+             "beyond chance is a shortcut, a hinted one a leaking hint (judgement records "
+             "beside the rollouts).")] = True,
+    judge_winners: Annotated[int, typer.Option(min=1, help="Winning plays replayed per env "
+                                                           "(--judge).")] = 2,
+    judge_seeds: Annotated[int, typer.Option(min=1, help="Other seeds each winner is "
+                                                         "replayed on (--judge).")] = 3,
     max_observation_chars: Annotated[int, typer.Option(
         min=1, help="Cut each observation and tool result to this many characters (the cut "
                     "is marked).")] = 8192,
@@ -126,8 +137,9 @@ def rollout(
                 (r.id for r in read([s.path for s in shards], kinds={"env"})), envs_per_round,
                 round, seed)
         blacklist = stage.Blacklist(blacklist_after, read(
-            [s.path for s in find_inputs("rollout", blacklist_from, {"rollout"}, "rollout records")],
-            kinds={"rollout"}) if blacklist_from else ())
+            [s.path for s in find_inputs("rollout", blacklist_from, {"rollout", "judgement"},
+                                         "rollout records")],
+            kinds={"rollout", "judgement"}) if blacklist_from else ())
         if executor == "local" and sandbox == "nsjail":
             from sandbox.pool import fit_concurrency
             from spade_cli.summary import log_line
@@ -148,8 +160,27 @@ def rollout(
             envs = played
             progress.add_total(len(envs) * plays)
             # jails start on background threads while the model loads
+            made = []
             with WorkerPool(cfg.sandbox, cfg.concurrency, len(envs) * plays, jails) as pool:
-                yield from play(envs, model_backend.get(), pool)
+                for record in play(envs, model_backend.get(), pool):
+                    made.append(record)
+                    yield record
+            if judge:
+                yield from judged(envs, made)
+
+        def judged(envs, made):
+            from stages import judge as judging
+
+            judgements = judging.judge(envs, made, judging.Config(
+                winners=judge_winners, seeds=judge_seeds, env_budget=env_budget,
+                sandbox=cfg.sandbox))
+            for record in judgements:
+                if record.verdict != "fair":
+                    stats.reasons[record.verdict] += 1
+                stats.extra["jail_seconds_judging"] = round(
+                    stats.extra.get("jail_seconds_judging", 0) + record.meta["jail_seconds"], 3)
+            stats.extra["judged"] = stats.extra.get("judged", 0) + len(judgements)
+            yield from judgements
 
         def play(envs, backend, pool):
             for record in stage.run(envs, backend, cfg, pool, blacklist):
@@ -168,7 +199,8 @@ def rollout(
                            "max_observation_chars",
                            "round", "backend", "model", "temperature", "top_p", "top_k",
                            "enable_thinking", "max_tokens", "seed", "prompts", "sandbox",
-                           "concurrency", "envs_per_round")} | sampling_seed.config()
+                           "concurrency", "envs_per_round", "judge", "judge_winners",
+                           "judge_seeds")} | sampling_seed.config()
         with jails, progress, model_backend:
             run_stage("rollout", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
@@ -179,5 +211,8 @@ def rollout(
                   f"({'hint' if hint else 'no hint'}), win rate {win:.2f}, "
                   f"{stats.extra.get('turns', 0)} turns"
                   + (f", {unhinted} envs without a hint not played" if unhinted else "")
+                  + (f", {judged_envs} envs' winners replayed on other seeds "
+                     f"({stats.extra['jail_seconds_judging']:.1f} jail-s)"
+                     if (judged_envs := stats.extra.get("judged", 0)) else "")
                   + (f", {cut} plays ended at --max-tokens" if (cut := stats.extra.get(
                       "cut_at_max_tokens", 0)) else ""))

@@ -85,7 +85,7 @@ def score_regret(
                                scale_cap=scale_cap)
         cfg = stage.Config(round=round, window=window, rewards=rewards,
                            train_repairs=train_repairs)
-        kinds = {"rollout", "env", "validation", "regret"}
+        kinds = {"rollout", "judgement", "env", "validation", "regret"}
         shards = find_inputs("score-regret", inputs, kinds,
                              "rollout, env, validation and regret records")
         stats = Stats()
@@ -104,9 +104,10 @@ def score_regret(
             envs = {r.id: r for r in records if isinstance(r, Env)}
             existing = list(read([memory], kinds={"memory"})) \
                 if memory and os.path.exists(memory) else []
-            # an env whose hint leaks is no example to follow: its regret is the leak's
+            # an env whose hint leaks, or that pays a shortcut, is no example to follow
             updated = store.update(existing, envs, [r for r in regrets
-                                                    if r.env_id and not r.hint_leaks], memory_cap)
+                                                    if r.env_id and not r.hint_leaks
+                                                    and not r.shortcut], memory_cap)
             target = Path(memory_out or memory)
             target.parent.mkdir(parents=True, exist_ok=True)  # the run's first memory write
             write_atomic(target, encode(updated))
@@ -115,5 +116,6 @@ def score_regret(
                   f"{len(regrets)} envs scored, mean win {d.mean_win:.2f}, learnable "
                   f"{d.learnable_share:.0%}, regret mean {d.regret_mean:+.3f}, flat groups "
                   f"{d.zero_variance_share:.0%}, invalid {d.invalid}, hint leaks {d.hint_leaks}, "
+                  f"shortcuts {d.shortcuts}, "
                   f"at chance {d.at_chance}")
 

@@ -158,7 +158,7 @@ def train_grpo(
         if lora_rank and (nproc > 1 or layout.sharded or offload in ("optimizer", "all")):
             raise UsageError("--lora-rank trains on one rank, without offload: drop --nproc "
                              "and --offload")
-        kinds = {"rollout", "regret", "design"}
+        kinds = {"rollout", "judgement", "regret", "design"}
         shards = find_inputs("train-grpo", inputs, kinds, "rollout, regret and design records")
         records = list(read([s.path for s in shards], kinds))
         stats = Stats(read=len(records))

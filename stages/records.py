@@ -225,6 +225,23 @@ class Rollout(Record):
     outcome: str = "ok"
 
 
+class Judgement(Record):
+    """What replaying a rollout's winning plays of one env on other seeds showed
+    (stages/judge.py): `shortcut` (no-hint actions that win whatever the seed), `leak` (hinted
+    actions that do: the hint carries the answer) or `fair`."""
+
+    kind: Literal["judgement"] = "judgement"
+    prefix: ClassVar[str] = "jg"
+    env_id: str
+    hint: bool = False
+    round: int = 0
+    plays: list[str] = Field(default_factory=list)  # the winning plays replayed
+    replays: int = 0
+    wins: int = 0  # replays that won on another seed
+    chance: Number = 0.0  # the env's blind win rate at validation (0 where unknown)
+    verdict: Literal["fair", "shortcut", "leak"] = "fair"
+
+
 class Regret(Record):
     """Per-env regret and the designer reward derived from it (or a rejected design's penalty)."""
 
@@ -251,6 +268,7 @@ class Regret(Record):
     chance: Number | None = None  # the env's blind win rate (validation), None if unknown
     at_chance: bool = False  # the no-hint win is within noise of chance: luck, not skill
     rejected_by: str | None = None
+    shortcut: bool = False  # a no-hint winner's actions win other seeds: no designer reward
     # which designer sample the reward trains (score-regret): "first_turn", the reference's
     # rule (a repaired env pays its turn-1 design 0), or "conversation" (--train-repairs:
     # every assistant turn of the repair conversation, paid the env's reward)
@@ -298,7 +316,7 @@ class Eval(Record):
 
 MODELS: dict[str, type[Record]] = {
     m.model_fields["kind"].default: m
-    for m in (Design, Env, Validation, Rollout, Regret, Memory, Train, Eval)
+    for m in (Design, Env, Validation, Rollout, Judgement, Regret, Memory, Train, Eval)
 }
 
 

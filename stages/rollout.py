@@ -58,7 +58,7 @@ from sandbox.pool import WorkerPool
 from stages import prompts
 from stages.backends import Backend, Completion, Sampling, Streaming, streams
 from stages.isolation import INTERNAL, PASS_THROUGH, failure, isolated
-from stages.records import Env, Failure, Rollout, Turn, derive_seed
+from stages.records import Env, Failure, Judgement, Rollout, Turn, derive_seed
 
 MAX_TURNS_CAP = 25
 # The paper's agent has a 32k-token context and 8k tokens per reply (the reference's
@@ -111,19 +111,26 @@ def envs_for_round(env_ids: Iterable[str], per_round: int, round: int, seed: int
 
 
 class Blacklist:
-    """Envs not to play again: those with `after` or more plays that ran out the clock.
+    """Envs not to play again: those with `after` or more plays that ran out the clock, and
+    those whose winning plays were judged a shortcut (stages/judge.py).
 
-    Fed every finished play (earlier rounds' from their shards, then this stage's own)."""
+    Fed every finished play (earlier rounds' from their shards, then this stage's own) and the
+    earlier rounds' judgements."""
 
-    def __init__(self, after: int = 1, plays: Iterable[Rollout] = ()):
+    def __init__(self, after: int = 1, plays: Iterable[Rollout | Judgement] = ()):
         self.after = after
         self.stalled: Counter[str] = Counter()
         self.blocked: set[str] = set()
+        self.shortcuts: set[str] = set()
         for play in plays:
             self.note(play)
 
-    def note(self, play: Rollout) -> None:
-        if play.outcome == BLACKLISTED:
+    def note(self, play: Rollout | Judgement) -> None:
+        if isinstance(play, Judgement):
+            if play.verdict == "shortcut":
+                self.blocked.add(play.env_id)
+                self.shortcuts.add(play.env_id)
+        elif play.outcome == BLACKLISTED:
             self.blocked.add(play.env_id)
         elif play.outcome in STALLED:
             self.stalled[play.env_id] += 1
@@ -132,6 +139,11 @@ class Blacklist:
 
     def __contains__(self, env_id: str) -> bool:
         return env_id in self.blocked
+
+    def why(self, env_id: str) -> str:
+        if env_id in self.shortcuts:
+            return "its winning plays' actions won other seeds too (a shortcut, stages/judge.py)"
+        return "earlier plays of this env ran out the clock (timeout or env_budget)"
 
 
 def cap(text: str, limit: int) -> str:
@@ -159,6 +171,10 @@ class Episode:
         self.result: Rollout | None = None
         self.last_reward, self.terminated, self.truncated = 0.0, False, False
         self.cut_at_max_tokens = False  # the play ended on a completion at max_tokens
+        # seconds from each env reply to the next action (the agent's pace): a replay of this
+        # play (stages/judge.py) waits as long, so an env cannot tell the two apart by clock
+        self.waits: list[float] = []
+        self.replied_at = 0.0
 
     # -- env side (runs in a thread of the env pool) ------------------------------------------
     def open(self, pool: WorkerPool) -> None:
@@ -172,6 +188,7 @@ class Episode:
         reset = self.env_call("reset", seed=self.seed)
         if not reset.ok:
             return self.fail(reset)
+        self.replied_at = time.monotonic()
         # an ok reply has its op's types already (sandbox/replies.py): (str, dict) here
         observation = cap(reset.result[0], self.cfg.max_observation_chars)
         if self.cfg.hint and self.env.hint:
@@ -192,7 +209,9 @@ class Episode:
         if self.env.id in self.blacklist:  # another play of this env ran out the clock
             return self.skip()
         action = completion.text if self.env.domain == "tool_use" else game_action(completion.text)
+        self.waits.append(round(time.monotonic() - self.replied_at, 3))
         reply = self.env_call("step", action=action)
+        self.replied_at = time.monotonic()
         turn = Turn(action=action, completion=completion.text, prompt_ids=completion.prompt_ids,
                     completion_ids=completion.completion_ids, logprobs=completion.logprobs,
                     finish_reason=completion.finish_reason)
@@ -240,8 +259,8 @@ class Episode:
         return reply
 
     def skip(self) -> None:
-        self.finish(BLACKLISTED, Failure(type=f"env.{BLACKLISTED}", msg=(
-            "not played: earlier plays of this env ran out the clock (timeout or env_budget)")))
+        self.finish(BLACKLISTED, Failure(type=f"env.{BLACKLISTED}",
+                                         msg=f"not played: {self.blacklist.why(self.env.id)}"))
 
     def fail(self, reply: Reply) -> None:
         if reply.outcome == "sandbox_failure":
@@ -267,6 +286,7 @@ class Episode:
                              if self.cfg.hint else None,
                              "temperature": self.cfg.sampling.temperature,
                              "cut_at_max_tokens": self.cut_at_max_tokens,
+                             "waits": self.waits[:len(turns)],
                              "seconds": round(time.monotonic() - self.started, 3)})
 
     @property

@@ -1,6 +1,7 @@
 """score-regret: per env, how much the hint helped and what the designer earns for it.
 
-In: `rollout` records (hinted and no-hint plays, any rounds), `env` records (skill, lineage),
+In: `rollout` records (hinted and no-hint plays, any rounds) with their `judgement` records,
+`env` records (skill, lineage),
 optionally `validation` rejects (scored only when `reject_penalty` is set) and earlier `regret`
 records (the per-skill reward EMA of the learning-potential variant).
 Out: one `regret` record per env with plays (and, with a reject penalty, one per rejected
@@ -17,7 +18,10 @@ mean (`counted`); `solve_rate` is the share of the window's plays with reward > 
 reference's memory win rate). In the `regret` variant an env with a step that timed out earns
 `step_timeout_penalty` (-0.5), as in the reference. An env whose plays mostly broke earns the
 invalid penalty, and so does an env whose hint gives its answer away (`meta.hint.leak`,
-stages/hint.py: its regret measures the leak, not learnability; `hint_leaks` on the record);
+stages/hint.py, or a `leak` judgement: hinted winners' actions that win other seeds,
+stages/judge.py: its regret measures the leak, not learnability; `hint_leaks` on the record),
+and so does an env whose no-hint winners' actions win other seeds (a `shortcut` judgement:
+`shortcut` on the record);
 rejected designs are discarded by default (the paper: they earn nothing), so
 they neither train nor move their skill's mean; with a reject penalty, each design
 conversation that never became an env is penalised once. An env from a repair (a later
@@ -36,11 +40,11 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Iterable
 
-from stages import rewards
+from stages import judge, rewards
 from stages.leaks import leaking
 from stages.isolation import INTERNAL, isolated
-from stages.records import (Env, Failure, Record, Regret, Rollout, Validation, conversation_of,
-                            designer_turn)
+from stages.records import (Env, Failure, Judgement, Record, Regret, Rollout, Validation,
+                            conversation_of, designer_turn)
 from stages.rewards import RewardConfig
 
 # what the env broke: a crash, a hang, its limits, its clock over a play (`env_budget`), or
@@ -71,6 +75,7 @@ class Diagnostics:
     internal: int = 0
     hint_leaks: int = 0
     at_chance: int = 0
+    shortcuts: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -81,6 +86,7 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
     plays: dict[str, list[Rollout]] = defaultdict(list)
     rejects: list[Validation] = []
     history: list[Regret] = []
+    judged: list[Judgement] = []
     for record in records:
         if isinstance(record, Env):
             envs.setdefault(record.id, record)
@@ -90,9 +96,13 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
             rejects.append(record)
         elif isinstance(record, Regret) and record.round < cfg.round:
             history.append(record)
+        elif isinstance(record, Judgement) and record.round <= cfg.round:
+            judged.append(record)
+    condemned = (judge.condemned(judged, ("shortcut",)), judge.condemned(judged, ("leak",)))
     skill_ema = _skill_ema(history, _window_means(plays, envs, cfg), cfg)
     scored = [isolated(f"score-regret: env {env_id}",
-                       lambda: _score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg),
+                       lambda: _score(env_id, plays[env_id], envs.get(env_id), skill_ema, cfg,
+                                      condemned),
                        lambda failure: _unscored(env_id, envs.get(env_id), failure, cfg))
               for env_id in plays]
     if cfg.rewards.reject_penalty is not None:
@@ -108,7 +118,7 @@ def run(records: Iterable[Record], cfg: Config) -> tuple[list[Regret], Diagnosti
 
 
 def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[str, float],
-           cfg: Config) -> Regret:
+           cfg: Config, condemned: tuple[set[str], set[str]] = (set(), set())) -> Regret:
     rc = cfg.rewards
     hinted = [p for p in plays if p.hint]
     hint_round = max((p.round for p in hinted), default=None)
@@ -120,11 +130,13 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
     regret = rewards.regret(hinted, matched)
     skill = env.skill if env else ""
     broken = sum(p.outcome in ENV_FAULTS for p in plays) * 2 > len(plays)
-    leaks = env is not None and leaking(env)
+    shortcuts, leaked = condemned
+    shortcut = env_id in shortcuts
+    leaks = (env is not None and leaking(env)) or env_id in leaked
     chance = recorded_chance(env)
     if rc.variant == "regret" and any(p.outcome in STALLED for p in plays):
         raw = rc.step_timeout_penalty  # the reference's regret variant, before anything else
-    elif broken or leaks:
+    elif broken or leaks or shortcut:
         raw = rc.invalid_penalty
     else:
         raw = rewards.designer_raw(win, regret, rc, skill_ema.get(skill), window_rewards, chance)
@@ -139,7 +151,8 @@ def _score(env_id: str, plays: list[Rollout], env: Env | None, skill_ema: dict[s
                   plateau=rewards.plateau(rewards.plateau_win(win, chance, rc), rc),
                   design_id=design_id, n_hint=len(hinted), n_no_hint=len(window),
                   variant=rc.variant, broken=broken, hint_leaks=leaks, chance=chance,
-                  at_chance=at_chance(win, chance, len(window)), designer_sample=sample)
+                  at_chance=at_chance(win, chance, len(window)), designer_sample=sample,
+                  shortcut=shortcut)
 
 
 def _credit(env: Env | None, raw: float, cfg: Config) -> tuple[str | None, float, str]:
@@ -273,7 +286,8 @@ def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Con
     internal = sum(1 for r in scored if r.error and r.error.type.startswith("internal."))
     if not valid:
         return Diagnostics(invalid=len(scored), internal=internal,
-                           hint_leaks=sum(r.hint_leaks for r in scored))
+                           hint_leaks=sum(r.hint_leaks for r in scored),
+                           shortcuts=sum(r.shortcut for r in scored))
     low, high = cfg.learnable_band
     regrets = sorted(r.regret for r in valid)
     quartiles = tuple(regrets[int(q * (len(regrets) - 1))] for q in (0.25, 0.5, 0.75))
@@ -288,4 +302,5 @@ def _diagnostics(scored: list[Regret], plays: dict[str, list[Rollout]], cfg: Con
                        zero_variance_share=flat / len(groups) if groups else 0.0,
                        invalid=len(scored) - len(valid), internal=internal,
                        hint_leaks=sum(r.hint_leaks for r in scored),
-                       at_chance=sum(r.at_chance for r in valid))
+                       at_chance=sum(r.at_chance for r in valid),
+                       shortcuts=sum(r.shortcut for r in scored))

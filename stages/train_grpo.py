@@ -1,6 +1,7 @@
 """train-grpo: one GRPO update of the shared policy from both roles' samples.
 
-In: `rollout` records (agent samples: the no-hint plays), `regret` records (designer
+In: `rollout` records (agent samples: the no-hint plays; not those of an env a `judgement`
+found a shortcut, stages/judge.py), `regret` records (designer
 advantages) with the `design` records they score (designer samples, usually from k rounds
 earlier), and the current model directory.
 Out: an HF checkpoint `step-NNNNNN/` (model, tokenizer, optimizer state, trainer_state.json) and
@@ -63,7 +64,9 @@ from typing import Callable, Iterable, Iterator
 
 from stages import checkpoint, parallel, plan, rewards
 from stages.packing import Packed, loss_logprobs, micro_batches, pack
-from stages.records import Design, Record, RecordError, Regret, Rollout, Train, content_hash
+from stages.judge import condemned
+from stages.records import (Design, Judgement, Record, RecordError, Regret, Rollout, Train,
+                            content_hash)
 
 log = logging.getLogger(__name__)
 STATE_FILE = checkpoint.STATE_FILE
@@ -152,8 +155,12 @@ def build_samples(records: Iterable[Record], cfg: Config) -> tuple[list[Sample],
     designs: dict[str, Design] = {}
     regrets: list[Regret] = []
     skipped: dict[str, int] = defaultdict(int)
+    records = list(records)
+    shortcuts = condemned(r for r in records if isinstance(r, Judgement))
     for record in records:
-        if isinstance(record, Rollout):
+        if isinstance(record, Rollout) and record.env_id in shortcuts:
+            skipped["agent_shortcut_env_dropped"] += 1  # its winners win any seed: a trick
+        elif isinstance(record, Rollout):
             if (record.hint and not cfg.train_on_hinted) or "agent" not in cfg.roles:
                 continue
             reward = trained_reward(record, cfg)

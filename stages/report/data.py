@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import orjson
 
-from stages.records import (Design, Env, Eval, Memory, Record, Regret, Rollout, Train,
-                            Validation)
+from stages.records import (Design, Env, Eval, Judgement, Memory, Record, Regret, Rollout,
+                            Train, Validation)
 from stages.shards import MANIFEST, SUFFIXES, InputMissing, read
 
 # RUN/r<NN>/eval-retention: a checkpoint's evals of the first env set (spade_cli/recipe.py)
@@ -147,6 +147,7 @@ class RunData:
     envs: dict[int, dict[str, EnvInfo]] = field(default_factory=lambda: defaultdict(dict))
     rejects: dict[int, dict[str, Validation]] = field(default_factory=lambda: defaultdict(dict))
     regrets: dict[int, dict[str, Regret]] = field(default_factory=lambda: defaultdict(dict))
+    judgements: dict[int, list[Judgement]] = field(default_factory=lambda: defaultdict(list))
     no_hint: dict[int, dict[str, list[float]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     evals: dict[str, tuple[int, Eval]] = field(default_factory=dict)
@@ -346,6 +347,8 @@ def _fold(run: RunData, record: Record, dir_round: int, where: str = "",
         run.rejects[number][record.id] = record
     elif isinstance(record, Regret):
         run.regrets[number][record.id] = record
+    elif isinstance(record, Judgement):
+        run.judgements[number].append(record)
     elif isinstance(record, Rollout):
         if not record.hint:
             run.no_hint[number][record.env_id].append(record.reward)

@@ -131,6 +131,8 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                      metric(num(r and r.mean), "regret_mean", n), num(r and r.std),
                      num(r and r.min), num(r and r.median), num(r and r.max), str(s["invalid"]),
                      metric(f'{s["hint_leaks"]}/{s["envs"]}', "hint_leaks", n),
+                     metric(str(s["shortcuts"]), "shortcuts", n),
+                     num(s["judging_seconds"], 1),
                      metric(str(s["at_chance"]), "at_chance", n),
                      metric(str(len(carried.get(n, []))), "carried_over", n),
                      str(d.n if d else 0), metric(num(d and d.mean), "designer_reward_mean", n),
@@ -155,13 +157,19 @@ def regret(run: RunData, charts: Charts, numbers: Numbers) -> Section:
                 "run's scored designs, rejected ones included (they earn the invalid penalty); "
                 "the start pool is not the model's design and is left out. Hint leaks: envs whose hint, "
                 "played alone with no model, wins most validation seeds (they earn no designer "
-                "reward). At chance: scored envs whose no-hint win is within two standard "
+                "reward), or whose hinted winners' actions win other seeds when replayed. "
+                "Shortcuts: envs whose no-hint winners' actions win other seeds of the env "
+                "beyond chance, replayed as plays after each rollout (no designer reward, their "
+                "plays do not train, and they are not played again in their set); replay "
+                "jail-s is what those replays cost. At chance: scored envs whose no-hint win "
+                "is within two standard "
                 "errors of what a blind player wins (another seed's solution replayed): the "
                 "difficulty band pays their luck unless score-regret runs --chance-adjusted.")
             + "".join(note(w) for w in words) + "".join(stale)
             + (plots.chart_spreads(charts, stats, drawn) if drawn else "")
             + table(["round", "envs", "regret mean", "std", "min", "median", "max", "invalid",
-                     "hint leaks", "at chance", "carried over (not played this round)",
+                     "hint leaks", "shortcuts", "replay jail-s", "at chance",
+                     "carried over (not played this round)",
                      "designs", "designer mean", "std", "min", "max"], rows))
     return Section("regret", title, body)
 

@@ -138,8 +138,9 @@ def win_rates(run: RunData) -> dict[int, WinRates]:
 def regret_stats(run: RunData) -> dict[int, dict[str, Spread | None | int]]:
     """Per round: regret of scored envs (start pool included: it measures the agent); designer
     reward of this run's scored designs, rejected ones included (the start pool is no design);
-    how many scored envs had a hint that gives the answer away, and how many a no-hint win
-    within noise of their chance level."""
+    how many scored envs had a hint that gives the answer away (read or replayed), how many
+    paid a shortcut (stages/judge.py) and what judging them cost in jail-seconds, and how many
+    a no-hint win within noise of their chance level."""
     origins = run.origins()
     out = {}
     for number in run.all_rounds():
@@ -152,6 +153,9 @@ def regret_stats(run: RunData) -> dict[int, dict[str, Spread | None | int]]:
                        "designer_reward": Spread.of([r.designer_reward for r in designs]),
                        "invalid": len(records) - len(valid),
                        "hint_leaks": sum(r.hint_leaks for r in records if r.env_id),
+                       "shortcuts": sum(r.shortcut for r in records if r.env_id),
+                       "judging_seconds": sum(j.meta.get("jail_seconds", 0.0)
+                                              for j in run.judgements.get(number, [])),
                        "at_chance": sum(r.at_chance for r in valid),
                        "envs": sum(1 for r in records if r.env_id)}
     return out

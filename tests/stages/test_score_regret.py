@@ -265,3 +265,21 @@ def test_a_reject_penalty_counts_each_conversation_once_and_none_that_ended_vali
     whole = [r for r in score(records, rewards=penalty, train_repairs=True)[0] if r.rejected_by]
     assert sorted((r.design_id, r.designer_sample) for r in whole) == [
         ("des_c_t3", "conversation"), ("des_d", "first_turn")]
+
+
+def test_a_shortcut_or_a_leak_judged_on_real_plays_pays_the_invalid_penalty():
+    from stages.records import Judgement
+
+    records = [env("a"), env("b"), env("c")] + [
+        p for name in "abc" for p in plays(f"env_{name}", [1, 0], hint=True) + plays(
+            f"env_{name}", [1, 0])]
+    judged = [Judgement(env_id="env_a", verdict="shortcut"),
+              Judgement(env_id="env_b", hint=True, verdict="leak"),
+              Judgement(env_id="env_c", verdict="fair")]
+    by_env = {r.env_id: r for r in score(records + judged,
+                                         rewards=RewardConfig(invalid_penalty=-0.5))[0]}
+    assert by_env["env_a"].shortcut and by_env["env_a"].designer_reward == -0.5
+    assert by_env["env_b"].hint_leaks and by_env["env_b"].designer_reward == -0.5
+    assert not by_env["env_c"].shortcut and by_env["env_c"].designer_reward > 0
+    later = Judgement(env_id="env_c", verdict="shortcut", round=1)  # judged after this round
+    assert not {r.env_id: r for r in score(records + [later])[0]}["env_c"].shortcut

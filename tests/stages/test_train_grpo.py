@@ -298,6 +298,19 @@ def test_the_agent_role_alone_trains_no_designer_sample_whatever_the_inputs():
     assert samples == [] and skipped == {}
 
 
+def test_the_plays_of_an_env_judged_a_shortcut_do_not_train():
+    from stages.records import Judgement
+
+    def play(env_id, reward):
+        return Rollout(env_id=env_id, reward=reward, turns=[Turn(
+            action="a", prompt_ids=[1], completion_ids=[2], logprobs=[0.0])])
+
+    records = [play("env_a", 1.0), play("env_a", 0.0), play("env_b", 1.0), play("env_b", 0.0),
+               Judgement(env_id="env_a", verdict="shortcut")]
+    samples, skipped = stage.build_samples(records, CFG)
+    assert len(samples) == 2 and skipped == {"agent_shortcut_env_dropped": 2}
+
+
 def crashed(play, outcome="program_error"):
     """`play` as the rollout stage records one the env broke: its last turn (the step that
     failed) keeps the agent's completion and has no observation; reward 0, ok false."""
