@@ -1,6 +1,8 @@
 """hint: cleaned text lands in the env record; the env keeps its id; a hint that plays to a
 win on its own is written again, then marked."""
 
+import pytest
+
 from sandbox.jail import Sandbox
 from stages import hint as stage
 from stages import leaks, seed_library
@@ -72,6 +74,22 @@ def test_hint_actions_are_what_the_text_names_in_order():
     assert leaks.hint_actions("Answer `42` after 2 lookups", "tool_use") == [
         "<answer>42</answer>", "<answer>2</answer>"]
     assert leaks.hint_actions(STRATEGY, "game") == []
+
+
+@pytest.mark.parametrize("hint", [
+    "The code is four thousand two hundred.",
+    "Multiply six hundreds by seven: 6 x 700.",
+    "Decode NDIwMA== and type it.",
+    "Hex tells: 0x1068.",
+    "In hex, 34323030 spells it.",
+])
+def test_an_answer_written_in_other_words_is_read_as_the_answer(hint):
+    assert "\\boxed{4200}" in leaks.hint_actions(hint, "game")
+
+
+def test_prose_with_number_words_or_words_that_parse_as_base64_adds_no_noise():
+    assert leaks.hint_actions("Think one step at a time, between the clues.", "game") == []
+    assert leaks.hint_actions("It is 0x10, not 0 x 10.", "game")[0] == "\\boxed{16}"
 
 
 def test_a_hint_that_plays_to_a_win_on_its_own_leaks(nsjail_ok):
