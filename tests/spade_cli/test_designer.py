@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from spade_cli import recipe as recipes
 from spade_cli.app import app
+from stages import seed_library
 from tests.spade_cli.test_run import PAPER_RECIPE, Stages, fake_model, make_workspace
 
 runner = CliRunner()
@@ -274,3 +275,58 @@ def test_the_plan_leaves_a_remote_designers_memory_out(monkeypatch, tmp_path):
     for stage in ("design", "audit", "hint"):
         assert "designer big-designer on its server: not counted" in rows[stage]
     assert result.exit_code == 65 and "stage design" not in result.stderr
+
+
+GAME = seed_library.files("game")[0].read_text()
+
+
+class Repairing(http.server.BaseHTTPRequestHandler):
+    """A stand-in designer that imports socket until told why that fails, then answers fixed."""
+
+    asked: list[list[dict]] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.asked.append(body["messages"])
+        told = "Failed check" in body["messages"][-1]["content"]
+        code = GAME if told else "import socket\n" + GAME
+        reply = json.dumps({"choices": [{"message": {"content": f"```python\n{code}```"},
+                                         "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_recipe_with_repair_fills_with_repairs_the_slots_a_separate_designer_got_wrong(
+        tmp_path, monkeypatch, nsjail_ok):
+    """0 of 2 accepted at turn 1, 2 of 2 after one repair; every repair request carries the
+    validator's reason in the designer's own conversation."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repairing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    monkeypatch.chdir(tmp_path)
+    fake_model(tmp_path / "model")
+    (tmp_path / "r.toml").write_text(
+        HEAD + 'memory = false\n[model]\ninit = "model"\n'
+        f'[designer]\nbackend = "openai"\nbase-url = "{url}"\nmodel = "coder"\n'
+        '[[stage]]\ncommand = "design"\nbatch = 2\nno-corpus = true\nattempts = 3\n'
+        'repair = true\n[[stage]]\ncommand = "validate"\n')
+    Repairing.asked = []
+    try:
+        result = runner.invoke(app, ["run", "r.toml"])
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.stderr
+    round_dir = tmp_path / "r" / "r00"
+    verdicts = {a: sorted(p.name.split("-")[0] for p in (round_dir / f"validate-a{a}")
+                          .glob("*.jsonl")) for a in (0, 1)}
+    assert verdicts == {0: ["validation"], 1: ["env"]}
+    assert not (round_dir / "design-a2").exists()  # every slot filled: no third attempt
+    repairs = Repairing.asked[2:]
+    assert len(repairs) == 2 and all(len(m) == 3 and "structure" in m[-1]["content"]
+                                     and "socket" in m[-1]["content"] for m in repairs)
+    assert "accepted by designer turn: 2 2/2" in (tmp_path / "r" / "run.log").read_text()
