@@ -109,19 +109,19 @@ def test_jobs_and_outcomes_are_json_that_round_trips(tmp_path):
     assert train_ranks.read_outcome(done) == ([step], tmp_path / "c", {"samples": 1})
 
 
-@pytest.mark.parametrize("raised, expected", [
-    (train_grpo.Diverged("loss is nan"), train_grpo.Diverged),
-    (RecordError("field 'x': bad", "a.jsonl:3"), RecordError),
-    (OutputError("ckpt: cannot write the output: disk full", 74), OutputError),
-    (KeyError("surprise"), train_ranks.TrainingFailed),
+@pytest.mark.parametrize("raised, code", [
+    (train_grpo.Diverged("loss is nan"), 65),
+    (RecordError("field 'x': bad", "a.jsonl:3"), 65),
+    (OutputError("ckpt: cannot write the output: disk full", 74), 74),
+    (KeyError("surprise"), 1),  # an unknown type: a bug, as in one process
 ])
-def test_an_outcome_carries_the_exception_and_its_exit_code(tmp_path, raised, expected):
+def test_an_outcome_carries_the_exception_and_its_exit_code(tmp_path, raised, code):
     from spade_cli.errors import exit_code_for
 
     done = tmp_path / "spec.out"
     done.write_bytes(train_ranks.outcome(raised))
-    with pytest.raises(expected) as caught:
+    with pytest.raises(Exception) as caught:
         train_ranks.read_outcome(done)
-    assert str(raised) in str(caught.value)
-    assert exit_code_for(caught.value) == (exit_code_for(raised) if expected is not
-                                           train_ranks.TrainingFailed else 1)
+    assert str(raised) in str(caught.value) and exit_code_for(caught.value) == code
+    if code != 1:
+        assert type(caught.value) is type(raised)
