@@ -9,10 +9,17 @@ Out: per round, the `spade ...` command lines the loop needs, wired through the 
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
 runner executes (in server mode also `spade serve` and, as curl lines, the HTTP calls that put
 the engine to sleep and load each new checkpoint); every command resumes from its own manifests
-and the runner skips finished rounds (`r<NN>/_round.json`), and every input of a round is the
-output of an earlier command
+and the runner skips finished rounds (`r<NN>/_round.json`, written only once every stage the
+round called left a complete manifest in its output folder: `Loop.outputs`), and every input
+of a round is the output of an earlier command
 (memory snapshots per round), so a killed run, run again, ends with the records an
 uninterrupted run writes.
+
+A recipe is a file someone else may have written: a stage's `args` are read as its command
+reads them and may not set what the runner sets (the wired options in any spelling, `-o` as
+`--out`, or one more input): exit 65, as for a stage key. What it may do only when the `spade
+run` command line consents (`check_consent`): play envs without a jail (`sandbox = "none"`:
+--unsafe-no-sandbox) and bind its server off loopback (`[serve] args`: --allow-remote).
 
 The loop (k = the design stage's `every`): a round r starts an env set when r % k == 0: design
 (with up to `attempts` design/validate passes: later passes redesign only rejected slots,

@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-WRITE_ROOT = "SPADE_WRITE_ROOT"  # the folder writes are confined to, for this process and its children
+# the folder writes are confined to, for this process and the processes it starts
+WRITE_ROOT = "SPADE_WRITE_ROOT"
 
 
 class Untrusted(Exception):
