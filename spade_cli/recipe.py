@@ -453,9 +453,6 @@ def check_args(command: str, args: list[str], wired: set[str], where: str) -> No
             raise RecordError(f"args: {flag!r} is set by the runner", where)
 
 
-UNSAFE_NO_SANDBOX = "--unsafe-no-sandbox"
-
-
 def unsandboxed(recipe: Recipe) -> str | None:
     """The first stage that would play envs outside a jail (`sandbox = "none"`, from
     [defaults], its own keys or its `args`), as `path: stage NAME`; None if every one jails."""
@@ -479,8 +476,8 @@ def check_consent(recipe: Recipe, allow_remote: bool, unsafe_no_sandbox: bool) -
     Returns the recipe with the consent the runner passes on."""
     where = unsandboxed(recipe)
     if where and not unsafe_no_sandbox:
-        raise RecordError(f'sandbox = "none" plays generated env code as plain processes, '
-                          f'with no jail: add {UNSAFE_NO_SANDBOX} to `spade run` to allow it',
+        raise RecordError('sandbox = "none" plays generated env code as plain processes, '
+                          'with no jail: add --unsafe-no-sandbox to `spade run` to allow it',
                           where)
     if recipe.serve:
         from stages.serve import exposure

@@ -51,6 +51,8 @@ def run(
     """Run a recipe: design, validate, hint, rollouts, score-regret, train-grpo, eval per round.
 
     Killing it and running it again resumes: finished rounds and finished shards are skipped.
+    A round is finished only once every stage it ran left a complete manifest in its output
+    folder (else exit 73, and the next run runs it again).
     A recipe is checked when it is read: an unknown option or a value of the wrong type stops
     the run at once (exit 65), naming the file, the stage and the key.
 
@@ -95,11 +97,11 @@ def run(
 
     with errors_to_exit("run"):
         recipe = recipes.load(recipe_path, rounds)
-        if not plan:
-            recipe = recipes.check_consent(recipe, allow_remote, unsafe_no_sandbox)
         if plan:
             show_plan(recipe, gpus, gpu_memory, host_memory)
-        elif dry_run:
+            return
+        recipe = recipes.check_consent(recipe, allow_remote, unsafe_no_sandbox)
+        if dry_run:
             print_pipeline(recipe, from_round)
         else:
             recipes.check_init(recipe)
