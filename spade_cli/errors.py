@@ -3,7 +3,9 @@
 In: an exception escaping a command. Out: one line on stderr (`spade <cmd>: error: ...`) and
 the documented exit code. Guarantees: a bug (1) prints its traceback; everything else prints one
 line. Codes: 0 ok, 1 bug, 2 usage, 65 bad input data, 66 missing input, 69 unavailable resource,
-73 cannot create output, 74 output I/O error (disk full), 75 partial, 130 interrupted.
+73 cannot create output, 74 output I/O error (disk full), 75 partial, 77 no permission (a
+folder another user owns or can write, a write that would follow a link out of the run
+directory: stages/trust.py), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Iterator
 
 OK, BUG, USAGE, DATA, NO_INPUT, UNAVAILABLE, PARTIAL, INTERRUPTED = 0, 1, 2, 65, 66, 69, 75, 130
 BUSY = 73  # sysexits' EX_CANTCREAT: the output (a run directory) is another process's now
+NO_PERMISSION = 77  # sysexits' EX_NOPERM: a folder or destination another user could have planted
 
 
 class UsageError(Exception):
@@ -32,6 +35,7 @@ def exit_code_for(exc: BaseException) -> int:
     from stages.records import RecordError
     from stages.shards import InputMissing, OutputError
     from stages.train_grpo import Diverged
+    from stages.trust import Untrusted
 
     if isinstance(exc, (RecordError, Diverged)):  # Diverged: the samples made the loss non-finite
         return DATA
@@ -45,6 +49,8 @@ def exit_code_for(exc: BaseException) -> int:
         return USAGE
     if isinstance(exc, Busy):
         return BUSY
+    if isinstance(exc, Untrusted):
+        return NO_PERMISSION
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED
     if isinstance(exc, BrokenPipeError):

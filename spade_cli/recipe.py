@@ -9,10 +9,17 @@ Out: per round, the `spade ...` command lines the loop needs, wired through the 
 Guarantees: a recipe never does what the CLI can't: `--dry-run` prints exactly the commands the
 runner executes (in server mode also `spade serve` and, as curl lines, the HTTP calls that put
 the engine to sleep and load each new checkpoint); every command resumes from its own manifests
-and the runner skips finished rounds (`r<NN>/_round.json`), and every input of a round is the
-output of an earlier command
+and the runner skips finished rounds (`r<NN>/_round.json`, written only once every stage the
+round called left a complete manifest in its output folder: `Loop.outputs`), and every input
+of a round is the output of an earlier command
 (memory snapshots per round), so a killed run, run again, ends with the records an
 uninterrupted run writes.
+
+A recipe is a file someone else may have written: a stage's `args` are read as its command
+reads them and may not set what the runner sets (the wired options in any spelling, `-o` as
+`--out`, or one more input): exit 65, as for a stage key. What it may do only when the `spade
+run` command line consents (`check_consent`): play envs without a jail (`sandbox = "none"`:
+--unsafe-no-sandbox) and bind its server off loopback (`[serve] args`: --allow-remote).
 
 The loop (k = the design stage's `every`): a round r starts an env set when r % k == 0: design
 (with up to `attempts` design/validate passes: later passes redesign only rejected slots,
@@ -60,7 +67,7 @@ import os
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cache
 from pathlib import Path
@@ -223,6 +230,9 @@ class Recipe:
     serve: Serve | None = None  # server mode: one engine for the run
     designer: Designer | None = None  # a separate, frozen designer for design, hint and audit
     raw: dict[str, Any] = field(default_factory=dict)
+    # `spade run --allow-remote`: the command line's consent to a [serve] bound off loopback
+    # (check_consent); never read from the file, which someone else may have written
+    allow_remote: bool = False
 
     def stage(self, command: str, hint: bool | None = None) -> Stage | None:
         for stage in self.stages:
@@ -240,6 +250,23 @@ class Recipe:
 def option_names(command: str) -> set[str]:
     """The long option names (without dashes) a spade subcommand accepts."""
     return set(option_params(command))
+
+
+@cache
+def option_flags(command: str) -> dict[str, tuple[str, int]]:
+    """Every way to write an option of `spade command` (`--out`, `-o`, `--no-hint`) -> (its
+    key, as a recipe names it, and how many values follow it)."""
+    from spade_cli import commands
+
+    flags = {}
+    for param in commands.group().commands[command].params:
+        if param.param_type_name != "option":
+            continue
+        key = next(opt[2:] for opt in param.opts if opt.startswith("--"))
+        takes = 0 if param.is_flag or param.count else param.nargs
+        for flag in (*param.opts, *param.secondary_opts):
+            flags[flag] = (key, takes)
+    return flags
 
 
 @cache
@@ -356,6 +383,8 @@ def load(path: str, rounds: int | None = None) -> Recipe:
         args = table.get("args", [])
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise RecordError(f"args: expected a list of strings, got {json.dumps(args)}", where)
+        check_args(command, args, wired_keys(command, serve is not None, designer is not None),
+                   where)
         check_retention(table, command, where)
         check_repair(table, command, where)
         stages.append(Stage(command, options, table.get("every", 1), table.get("attempts", 1),
@@ -370,6 +399,91 @@ def load(path: str, rounds: int | None = None) -> Recipe:
                   defaults=defaults, stages=tuple(stages), start_pool=raw.get("start_pool"),
                   memory=bool(raw.get("memory", True)), memory_seed=raw.get("memory_seed"),
                   serve=serve, designer=designer, raw=raw)
+
+
+def wired_keys(command: str, served: bool, designer: bool) -> set[str]:
+    """The options of `spade command` the runner sets itself: always WIRED's, in server mode a
+    generating stage's server options, with a [designer] what it wires."""
+    wired = WIRED[command]
+    if served and command in GENERATING:
+        wired = wired | SERVER_WIRED
+    if designer:
+        wired = wired | DESIGNER_WIRED.get(command, set())
+    return wired
+
+
+def args_options(command: str, args: list[str] | tuple[str, ...],
+                 where: str) -> list[tuple[str, str, list[str]]]:
+    """(key, the flag as written, its values) of each option in a stage's `args`, read as
+    click reads them (`--out=X`, `-oX`, `-o X`). An argument that is not an option would be
+    one more input, which the runner sets: RecordError, as is an unknown option (how many
+    values follow it is unknown)."""
+    flags, found, index = option_flags(command), [], 0
+    while index < len(args):
+        arg = args[index]
+        if arg in flags:
+            flag, attached = arg, None
+        elif arg.startswith("--") and "=" in arg:
+            flag, attached = arg.split("=", 1)
+        elif arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
+            flag, attached = arg[:2], arg[2:]
+        elif arg == "-" or arg == "--" or not arg.startswith("-"):
+            raise RecordError(f"args: {arg!r} would be an input: the runner sets the inputs",
+                              where)
+        else:
+            flag, attached = arg, None
+        if flag not in flags:
+            raise RecordError(f"args: {flag!r} is not an option of `spade {command}`", where)
+        key, takes = flags[flag]
+        if attached is not None and takes == 0:
+            raise RecordError(f"args: {arg!r}: {flag} takes no value", where)
+        values = [attached] if attached is not None else list(args[index + 1:index + 1 + takes])
+        if len(values) < takes:
+            raise RecordError(f"args: {flag!r} needs a value", where)
+        found.append((key, flag, values))
+        index += 1 + (takes if attached is None else 0)
+    return found
+
+
+def check_args(command: str, args: list[str], wired: set[str], where: str) -> None:
+    """A stage's `args` may not set what the runner sets (`-o`, inputs, `--model`, ...), in any
+    spelling: RecordError (exit 65), as for a stage key."""
+    for key, flag, _values in args_options(command, args, where):
+        if key in wired:
+            raise RecordError(f"args: {flag!r} is set by the runner", where)
+
+
+def unsandboxed(recipe: Recipe) -> str | None:
+    """The first stage that would play envs outside a jail (`sandbox = "none"`, from
+    [defaults], its own keys or its `args`), as `path: stage NAME`; None if every one jails."""
+    for stage in recipe.stages:
+        known = option_names(stage.command)
+        if "sandbox" not in known:
+            continue
+        said = {**{k: v for k, v in recipe.defaults.items() if k in known}, **stage.options}
+        modes = [said.get("sandbox")] + [values[0] for key, _flag, values in
+                                         args_options(stage.command, stage.args, recipe.path)
+                                         if key == "sandbox"]
+        if "none" in modes:
+            return f"{recipe.path}: stage {stage.command}"
+    return None
+
+
+def check_consent(recipe: Recipe, allow_remote: bool, unsafe_no_sandbox: bool) -> Recipe:
+    """What a recipe may only do when the `spade run` command line says so (a recipe is a
+    file someone else may have written): play envs without a jail (`--unsafe-no-sandbox`) and
+    bind its server off loopback (`--allow-remote`); RecordError (exit 65) naming the flag.
+    Returns the recipe with the consent the runner passes on."""
+    where = unsandboxed(recipe)
+    if where and not unsafe_no_sandbox:
+        raise RecordError('sandbox = "none" plays generated env code as plain processes, '
+                          'with no jail: add --unsafe-no-sandbox to `spade run` to allow it',
+                          where)
+    if recipe.serve:
+        from stages.serve import exposure
+
+        exposure("127.0.0.1", recipe.serve.args, allow_remote, f"{recipe.path}: serve: args")
+    return replace(recipe, allow_remote=allow_remote)
 
 
 def check_retention(table: dict[str, Any], command: str, where: str) -> None:
@@ -647,6 +761,13 @@ class Loop:
         self.server = server
         # server mode keeps train-grpo's ranks up across rounds too (`spade trainer`)
         self.trainer = f"{self.run}/{TRAINER_JOBS}" if recipe.serve else None
+        self.outputs: list[str] = []  # the output dirs of the stages this round called
+
+    def call_stage(self, argv: list[str], label: str, out: str) -> None:
+        """Call one stage whose output directory is `out`: a round is done only once every
+        such directory holds a complete manifest (the runner checks; spade_cli/run.py)."""
+        self.outputs.append(out)
+        self.call(argv, label)
 
     def engine(self, model: str) -> list[str]:
         """How a generating stage reaches the policy: its own engine on `model`, or the
@@ -659,12 +780,7 @@ class Loop:
         return self.recipe.designer.args() if self.recipe.designer else self.engine(model)
 
     def wired(self, command: str) -> set[str]:
-        wired = WIRED[command]
-        if self.server and command in GENERATING:
-            wired = wired | SERVER_WIRED
-        if self.recipe.designer:
-            wired = wired | DESIGNER_WIRED.get(command, set())
-        return wired
+        return wired_keys(command, bool(self.server), self.recipe.designer is not None)
 
     def template(self, text: str, round: int) -> str:
         return text.format(run_dir=self.run, round=round, **shipped_shards())
@@ -707,6 +823,7 @@ class Loop:
 
     def round(self, round: int, model: str) -> str:
         """Emit one round's commands; returns the model for the next round."""
+        self.outputs = []
         start = self.design_round(round)
         first = round == start
         if first:
@@ -735,16 +852,16 @@ class Loop:
             retry = [] if attempt == 0 else self.retry_args(round, attempt, design.repair)
             out, checked = self.dir(round, f"design-a{attempt}"), self.dir(round, f"validate-a{attempt}")
             label = f"attempt {attempt + 1}/{self.attempts}"
-            self.call(self.argv(design, round, ["--round", str(round), "--every",
-                                                str(self.recipe.window), *self.designer(model),
-                                                *self.memory_in(round), "-o", out]
-                                + retry, []), f"design {label}")
-            self.call(self.argv(validate, round, ["--allow-all-rejected", "-o", checked], [out]),
-                      f"validate {label}")
+            wired = ["--round", str(round), "--every", str(self.recipe.window),
+                     *self.designer(model), *self.memory_in(round), "-o", out, *retry]
+            self.call_stage(self.argv(design, round, wired, []), f"design {label}", out)
+            self.call_stage(self.argv(validate, round, ["--allow-all-rejected", "-o", checked],
+                                      [out]), f"validate {label}", checked)
             audit, audited = self.recipe.stage("audit"), self.dir(round, f"audit-a{attempt}")
             if audit and self.produced(checked, "env"):
-                self.call(self.argv(audit, round, ["--designs", out, *self.designer(model), "-o",
-                                                   audited], [checked]), f"audit {label}")
+                wired = ["--designs", out, *self.designer(model), "-o", audited]
+                self.call_stage(self.argv(audit, round, wired, [checked]), f"audit {label}",
+                                audited)
             if not any(self.produced(self.dir(round, f"{check}-a{attempt}"), "validation")
                        for check in self.checks):
                 break  # every slot has an accepted env: no attempt left to make
@@ -768,8 +885,8 @@ class Loop:
             return pool
         envs = [self.dir(start, "hint")]
         if first and pool:
-            self.call(self.argv(hint, round, [*self.designer(model), "-o", envs[0]], pool),
-                      "hint")
+            self.call_stage(self.argv(hint, round, [*self.designer(model), "-o", envs[0]],
+                                      pool), "hint", envs[0])
         return envs
 
     def rollouts(self, round: int, start: int, model: str, envs: list[str], first: bool) -> None:
@@ -781,8 +898,8 @@ class Loop:
                 out = self.dir(round, "rollout-hint" if hinted else "rollout")
                 wired = ["--hint" if hinted else "--no-hint", "--round", str(round),
                          *self.engine(model), "-o", out, *self.stalled_in(round, start, hinted)]
-                self.call(self.argv(stage, round, wired, envs),
-                          f"rollout {'with' if hinted else 'without'} hint")
+                self.call_stage(self.argv(stage, round, wired, envs),
+                                f"rollout {'with' if hinted else 'without'} hint", out)
 
     def stalled_in(self, round: int, start: int, hinted: bool) -> list[str]:
         """`--blacklist-from` the set's plays so far, so that an env which ran out the clock
@@ -803,11 +920,12 @@ class Loop:
         if round == start and self.recipe.memory:  # memory is written at regeneration steps
             wired += [*self.memory_in(start), "--memory-out",
                       f"{self.run}/memory/r{round:02d}.jsonl"]
-        wired += ["-o", self.dir(round, "score-regret")]
+        out = self.dir(round, "score-regret")
+        wired += ["-o", out]
         # rejects are read so that a recipe's `reject-penalty` can score them (default: discarded)
         inputs = [p for p in [*envs, *checked, *rollouts, *history] if self.produced(p, None)]
         if inputs:
-            self.call(self.argv(score, round, wired, inputs), "score-regret")
+            self.call_stage(self.argv(score, round, wired, inputs), "score-regret", out)
 
     def train(self, round: int, start: int, model: str) -> str:
         """Agent samples of this round; designer samples k rounds after they were drawn."""
@@ -826,9 +944,9 @@ class Loop:
         resident = ["--trainer", self.trainer] if self.trainer else []
         # a separate designer is frozen: the train records count agent samples alone
         frozen = ["--roles", "agent"] if self.recipe.designer else []
-        self.call(self.argv(train, round, ["--model", model, "--ckpt-dir", f"{self.run}/ckpt",
-                                           "--round", str(round), "-o", out, *resident,
-                                           *frozen], inputs), "train-grpo")
+        wired = ["--model", model, "--ckpt-dir", f"{self.run}/ckpt", "--round", str(round),
+                 "-o", out, *resident, *frozen]
+        self.call_stage(self.argv(train, round, wired, inputs), "train-grpo", out)
         return self.model_after_train(out, model)
 
     def designer_sets_due(self, round: int, start: int) -> list[int]:
@@ -847,10 +965,9 @@ class Loop:
         evaluate = self.recipe.stage("eval")
         if evaluate and (round % evaluate.every == evaluate.every - 1
                          or round == self.recipe.rounds - 1):
-            suite = evaluate.options.get("suite", "eval")
-            self.call(self.argv(evaluate, round, ["--round", str(round), *self.engine(model),
-                                                  "-o", self.dir(round, f"eval-{suite}")], []),
-                      "eval")
+            out = self.dir(round, f"eval-{evaluate.options.get('suite', 'eval')}")
+            wired = ["--round", str(round), *self.engine(model), "-o", out]
+            self.call_stage(self.argv(evaluate, round, wired, []), "eval", out)
             if evaluate.retention:
                 self.retention(round, model, evaluate.retention)
 
@@ -863,10 +980,10 @@ class Loop:
         envs = self.first_env_set()
         if envs:
             # the recipe's [defaults] apply; the eval stage's options are for its own suite
-            stage = Stage("eval", {"suite": "envs", "sample": size})
-            self.call(self.argv(stage, round, ["--round", str(round), *self.engine(model), "-o",
-                                               self.dir(round, RETENTION_DIR)], envs),
-                      "eval retention")
+            stage, out = Stage("eval", {"suite": "envs", "sample": size}), \
+                self.dir(round, RETENTION_DIR)
+            wired = ["--round", str(round), *self.engine(model), "-o", out]
+            self.call_stage(self.argv(stage, round, wired, envs), "eval retention", out)
 
     def first_env_set(self) -> list[str]:
         """The env shards round 0 played, as env_set wires them (nothing is run here)."""

@@ -41,7 +41,9 @@ def index(
 
     Only complete shards are read (their manifest lists them); a shard still being written is
     left for the next `index`, which also skips everything already indexed, so it is safe to
-    run again and again beside a running `spade run`. The registry is `--db`, by default
+    run again and again beside a running `spade run`. An env or design whose id is not its
+    content's (`path:line: id does not match its content`) stops the index, exit 65, before
+    its shard is stored. The registry is `--db`, by default
     $SPADE_REGISTRY, else ./spade-registry.db: one registry for every run you index.
 
     Examples:

@@ -2,6 +2,8 @@
 
 Prints one summary line on stderr (where the page is, what it holds, the no-hint reward of the
 first and last rounds) and nothing else: the libraries' progress bars and INFO lines are off.
+Nothing is written through a symlink out of the run directory (a `report` link planted there is
+exit 77, stages/trust.py).
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ def report(
     from spade_cli.errors import errors_to_exit
     from spade_cli.summary import summarize
     from stages import report as stage
+    from stages import trust
     from stages.shards import Stats
 
-    with errors_to_exit("report"):
+    with errors_to_exit("report"), trust.confine(run_dir):  # no write through a link out of it
         stats = Stats()
         result = stage.build(run_dir, out, embedder="auto" if diversity else None,
                              embed_images=embed_images)

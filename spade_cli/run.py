@@ -40,10 +40,19 @@ def run(
         min=1, metavar="GIB", help="--plan: host memory of the node in GiB (default: this "
                                    "machine's, when it has the GPUs planned for; else not "
                                    "checked).")] = None,
+    unsafe_no_sandbox: Annotated[bool, typer.Option(
+        "--unsafe-no-sandbox", help='Let the recipe say sandbox = "none": its envs then run '
+                                    'as plain processes, with no jail.')] = False,
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote", help="Let the recipe's [serve] args bind the server off loopback, "
+                               "where anyone who reaches it can call worker methods and "
+                               "reload weights from any path.")] = False,
 ) -> None:
     """Run a recipe: design, validate, hint, rollouts, score-regret, train-grpo, eval per round.
 
     Killing it and running it again resumes: finished rounds and finished shards are skipped.
+    A round is finished only once every stage it ran left a complete manifest in its output
+    folder (else exit 73, and the next run runs it again).
     A recipe is checked when it is read: an unknown option or a value of the wrong type stops
     the run at once (exit 65), naming the file, the stage and the key.
 
@@ -76,6 +85,12 @@ def run(
     Paths: `run_dir` is read against the working directory; a relative `[model] path` against
     run_dir (so two runs never share a model). A run holds RUN/run.lock while it runs: a
     second `spade run` on the same run directory exits 73 at once, naming the pid holding it.
+
+    Trust: a recipe is a file someone else may have written. `sandbox = "none"` anywhere in it
+    needs --unsafe-no-sandbox here, and a [serve] bound off loopback --allow-remote (else exit
+    65, naming the flag; --dry-run too). The run directory and every folder in it must be this
+    user's (exit 77), and nothing the run writes follows a symlink out of it (exit 77 naming
+    the link): its logs, shards, manifests, checkpoints.
     """
     from spade_cli import recipe as recipes
     from spade_cli.errors import errors_to_exit
@@ -84,7 +99,9 @@ def run(
         recipe = recipes.load(recipe_path, rounds)
         if plan:
             show_plan(recipe, gpus, gpu_memory, host_memory)
-        elif dry_run:
+            return
+        recipe = recipes.check_consent(recipe, allow_remote, unsafe_no_sandbox)
+        if dry_run:
             print_pipeline(recipe, from_round)
         else:
             recipes.check_init(recipe)
@@ -390,6 +407,8 @@ def serve_command(recipe, model: str, port: int, sleep: bool) -> list[str]:
     argv = ["serve", "-m", model, "--port", str(port),
             "--sleep-mode" if sleep else "--no-sleep-mode",
             "--start-timeout", f"{settings.start_timeout:g}"]
+    if recipe.allow_remote:
+        argv.append("--allow-remote")
     if settings.python:
         argv += ["--python", settings.python]
     argv += settings.layout.args(("--data-parallel", "--tensor-parallel", "--expert-parallel"))
@@ -445,7 +464,8 @@ class Engine:
         self.server = serve.start(path, self.settings.python, "127.0.0.1", self.port,
                                   self.recipe.defaults.get("context-length"), self.sleep,
                                   self.settings.args, self.log, self.settings.start_timeout,
-                                  layout=self.settings.layout)
+                                  layout=self.settings.layout,
+                                  allow_remote=self.recipe.allow_remote)
         summary.log_line(f"serve: engine started with {model} at {self.base_url} on "
                          f"{serve.placement(self.settings.layout)} "
                          f"in {time.monotonic() - started:.1f}s (log {self.log})", echo=True)
@@ -543,7 +563,7 @@ class Trainer:
 
     def before(self, argv: list[str]) -> None:
         from spade_cli import summary
-        from stages import train_ranks
+        from stages import train_ranks, trust
 
         if argv[0] != "train-grpo" or (self.ranks and self.ranks.poll() is None):
             return
@@ -551,7 +571,7 @@ class Trainer:
             summary.log_line(f"trainer: its ranks exited (code {self.ranks.returncode}); "
                              f"starting them again", echo=True)
         started = time.monotonic()
-        with open(self.log, "ab") as log:
+        with trust.open_append(self.log, "ab") as log:
             self.ranks = train_ranks.start(self.nproc, self.jobs, log)
         train_ranks.ready(self.jobs, wait=train_ranks.START_TIMEOUT)
         summary.log_line(f"trainer: {self.nproc} rank{'s' if self.nproc > 1 else ''} up in "
@@ -569,9 +589,14 @@ class Trainer:
 
 
 def execute(recipe, from_round: int) -> None:
+    """Run the recipe in its run directory: one that is this user's, every folder in it too
+    (Untrusted, exit 77, else), with every write confined to it (stages/trust.py)."""
+    from stages import trust
+
     run_dir = Path(recipe.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with lock_run_dir(run_dir):
+    trust.check_tree_owned(run_dir)
+    with trust.confine(run_dir), lock_run_dir(run_dir):
         run_locked(recipe, from_round, run_dir)
 
 
@@ -588,9 +613,11 @@ def lock_run_dir(run_dir: Path) -> Iterator[None]:
     import os
 
     from spade_cli.errors import Busy
+    from stages import trust
 
     path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    trust.check_write(path)  # never through a link: the lock truncates its file
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -695,6 +722,7 @@ def run_locked(recipe, from_round: int, run_dir: Path) -> None:
             if engine and engine.server is None:  # the first round that runs, with its model
                 engine.start(model)
             model = loop.round(index, model)
+            check_outputs(index, loop.outputs)
             recipes.write_json(run_dir / f"r{index:02d}" / "_round.json",
                                {"round": index, "model": model, "recipe": digest,
                                 "resolved": resolved})
@@ -728,6 +756,22 @@ def warn_rerun(name: str, index: int, before: dict | None, now: dict) -> None:
     what = "; ".join(changes) if changes else "the recipe changed since it finished"
     summary.log_line(f"run {name}: warning: round {index} was finished with other settings and "
                      f"runs again: {what}", echo=True)
+
+
+def check_outputs(index: int, outputs: list[str]) -> None:
+    """Before a round is marked done: every stage it called left its output directory with a
+    complete manifest. A stage that exited 0 without one (its output went elsewhere) is
+    OutputError (exit 73), and the round stays unfinished, so a rerun runs it again."""
+    from stages.shards import EX_CANTCREAT, MANIFEST, OutputError
+
+    for out in outputs:
+        try:
+            complete = json.loads((Path(out) / MANIFEST).read_text()).get("complete") is True
+        except (OSError, ValueError, AttributeError):
+            complete = False
+        if not complete:
+            raise OutputError(f"{out}: no complete {MANIFEST} after its stage finished: round "
+                              f"{index} is not marked done", EX_CANTCREAT)
 
 
 def _marker(run_dir: Path, index: int) -> dict | None:

@@ -23,7 +23,11 @@ def serve(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one.")] = 8000,
     host: Annotated[str, typer.Option(
         help="Address to bind. The server's control endpoints (sleep, wake, reload) have no "
-             "authentication: keep it on loopback unless the network is yours.")] = "127.0.0.1",
+             "authentication: an address off loopback (here or as a vLLM argument) needs "
+             "--allow-remote.")] = "127.0.0.1",
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote", help="Bind off loopback although anyone who reaches the port can "
+                               "call worker methods and reload weights from any path.")] = False,
     python: Annotated[str | None, typer.Option(
         metavar="PATH", help="The Python that has vLLM (default: the one running spade).")] = None,
     context_length: ContextLength = None,
@@ -52,7 +56,9 @@ def serve(
     name stays `spade-policy` whatever checkpoint the server holds. The server runs with
     `--logprobs-mode processed_logprobs` (the logprobs the trainer expects) and vLLM's
     development endpoints (`/sleep`, `/wake_up`, `/collective_rpc` to reload weights), which
-    is why it binds to 127.0.0.1 by default. Exit 69 when it cannot start or dies.
+    have no authentication: so it binds to 127.0.0.1, and an address off loopback (`--host`,
+    or `--host` after `--`) is exit 65 unless `--allow-remote` is given, which prints one line
+    saying what the network then reaches. Exit 69 when it cannot start or dies.
 
     Examples:
 
@@ -82,7 +88,7 @@ def serve(
         started = time.monotonic()
         layout = engine.Layout(data_parallel, tensor_parallel, expert_parallel)
         server = engine.start(path, python, host, port, context_length, sleep, vllm_args or (),
-                              timeout=start_timeout, layout=layout)
+                              timeout=start_timeout, layout=layout, allow_remote=allow_remote)
         # a `kill` stops the server like Ctrl-C does, instead of leaving it to PR_SET_PDEATHSIG
         signal.signal(signal.SIGTERM, interrupt)
         try:

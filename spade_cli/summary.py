@@ -13,15 +13,17 @@ import time
 
 from spade_cli.terminal import terminal_safe
 from stages.shards import Stats
+from stages.trust import open_append
 
 
 _run_log = None
 
 
 def open_run_log(path) -> None:
-    """From now on every summary line is also appended to a run's log file."""
+    """From now on every summary line is also appended to a run's log file (never through a
+    symlink: stages/trust.py)."""
     global _run_log
-    _run_log = open(path, "a", encoding="utf-8")
+    _run_log = open_append(path, "a", encoding="utf-8")
 
 
 def log_line(line: str, echo: bool = False) -> None:

@@ -78,7 +78,8 @@ def train_grpo(
              "free memory this round).")] = "none",
     trainer: Annotated[str, typer.Option(
         metavar="JOBS", help="Train on the resident ranks of `spade trainer JOBS` instead of "
-                             "in this process (their --nproc is the ranks).")] = "",
+                             "in this process (their --nproc is the ranks). Exit 77 if JOBS is "
+                             "another user's or others can write to it.")] = "",
     nproc: Annotated[int, typer.Option(
         min=1, help="Train on this many local ranks (FSDP2: nccl on GPUs, gloo on CPU). Under "
                     "torchrun, leave it at 1: the ranks come from torchrun.")] = 1,

@@ -25,6 +25,10 @@ def trainer(
     disk. The records are those a new `spade train-grpo` process writes. `spade run` starts one
     in server mode. Stops on Ctrl-C or when JOBS/stop appears; exit 69 if the ranks die.
 
+    JOBS is made 0700, and jobs and outcomes are JSON (no pickles): a JOBS folder another user
+    owns, or that its group or everyone can write to, is refused with exit 77, here and by
+    `train-grpo --trainer JOBS`.
+
     Examples:
 
         spade trainer runs/q/trainer --nproc 8 &

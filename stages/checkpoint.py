@@ -25,7 +25,8 @@ is read by the main rank and broadcast into the shards. The anchor and the LoRA 
 from the export. A resident trainer (stages/train_ranks.py) fills the next round's policy (and
 KL anchor) from the host copy it kept of the checkpoint it wrote (and of the anchor), not from
 disk, and lets each part of that copy go once it is in the model. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
-resume with their optimizer state.
+resume with their optimizer state. Under a write root (`spade run`) a checkpoint is never
+written through a symlink out of it (stages/trust.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from stages import attention, parallel
+from stages import attention, parallel, trust
 
 TRAINER_DIR = "trainer"
 STATE_FILE = "trainer_state.json"
@@ -257,6 +258,8 @@ def save(torch, model, optimizer, tokenizer, out: Path, state: dict, export_dtyp
 
     tmp = out.with_name(out.name + ".tmp")
     if layout.main:
+        trust.check_write(out)  # the checkpoint folder and its temp never through a link out
+        trust.check_write(tmp)  # of the run directory (stages/trust.py)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     parallel.barrier(layout)

@@ -15,6 +15,7 @@ import glob
 import os
 from pathlib import Path
 
+from stages import trust
 from stages.backends import BackendUnavailable
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
@@ -93,11 +94,14 @@ def tiny(out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
 
 
 def save_atomic(out: str | Path, model, tokenizer) -> Path:
-    """Save into a temp dir beside `out`, then rename: a killed build leaves no half model."""
+    """Save into a temp dir beside `out`, then rename: a killed build leaves no half model.
+    Never through a link out of the write root (stages/trust.py)."""
     import shutil
 
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
+    trust.check_write(out)
+    trust.check_write(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp)
@@ -197,6 +201,7 @@ def coder(out: str | Path, dtype: str = "bfloat16") -> Path:
                                  f"({exc.name} is missing): {CODER_PIP}") from None
     parts = coder_parts()
     out = Path(out)
+    trust.check_write(out)  # its scratch GGUF is written beside it
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.gguf") as scratch:
         gguf_path = assemble_gguf(parts, Path(scratch) / "model.gguf")

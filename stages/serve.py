@@ -56,15 +56,19 @@ ones the trainer's importance ratios expect. Sleep mode (`--enable-sleep-mode`) 
 and ROCm only; vLLM's CPU build refuses the flag, and there `/sleep` only pauses scheduling
 (the weights stay), so every call here still works on it (tests/stages/test_serve.py).
 
-Security: the server runs with VLLM_SERVER_DEV_MODE=1, which adds unauthenticated endpoints
-that control the engine (`/sleep`, `/wake_up`, and `/collective_rpc`, which calls any method
-of the model workers). Whoever can reach the port can use them: that is why the server binds
-to 127.0.0.1 unless told otherwise. Bind it elsewhere only on a network you trust.
+Security: the server runs with VLLM_SERVER_DEV_MODE=1 (always: sleep and reload need it),
+which adds unauthenticated endpoints that control the engine (`/sleep`, `/wake_up`, and
+`/collective_rpc`, which calls any method of the model workers, `reload_weights` from any
+path among them). Whoever can reach the port can use them: so the server binds to 127.0.0.1,
+and `start` refuses an address off loopback (127.0.0.0/8, ::1, localhost), whether `host` or a
+`--host` among the extra arguments says it, with RecordError (exit 65) unless `allow_remote`;
+then it prints one line saying what the network reaches.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import json
 import os
 import signal
@@ -77,7 +81,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from stages import trust
 from stages.backends import BackendUnavailable
+from stages.records import RecordError
 
 SERVED_NAME = "spade-policy"  # stages address the engine by this name, whatever it holds
 START_TIMEOUT = 600.0  # vLLM measures 30-100+ s cold starts on a GPU; ~40 s for a tiny CPU model
@@ -391,13 +397,57 @@ def update_calls(weights_path: str, asleep: bool) -> list[tuple[str, dict | None
     return [("/wake_up?tags=weights", None), *reload, ("/wake_up?tags=kv_cache", None)]
 
 
+def bound_host(host: str, args: tuple[str, ...] | list[str]) -> str:
+    """The address vLLM binds: the last `--host` among the extra `args` (they follow ours, and
+    vLLM's parser keeps the last; argparse also takes `--ho` and `--hos` for it), else `host`."""
+    for index, arg in enumerate(args):
+        flag, said, value = arg.partition("=")
+        if len(flag) >= 4 and "--host".startswith(flag.replace("_", "-")):
+            host = value if said else (args[index + 1] if index + 1 < len(args) else host)
+    return host
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: an address only this machine reaches."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another name, or "" (every address)
+
+
+DEV_ENDPOINTS = ("vLLM's development endpoints, which have no authentication: /collective_rpc "
+                 "calls any method of the model workers (reload_weights loads weights from any "
+                 "path on this machine), /sleep and /wake_up stop and start the engine")
+
+
+def exposure(host: str, args: tuple[str, ...] | list[str], allow_remote: bool,
+             where: str = "") -> str | None:
+    """None when the server binds to loopback. Off loopback: RecordError (exit 65) unless
+    `allow_remote`, else the one line that says what the network reaches."""
+    bound = bound_host(host, args)
+    if is_loopback(bound):
+        return None
+    if not allow_remote:
+        raise RecordError(f"--host {bound or '(every address)'}: not a loopback address, and "
+                          f"the server exposes {DEV_ENDPOINTS}: keep it on 127.0.0.1, or add "
+                          f"--allow-remote on a network you trust", where)
+    return f"serve: warning: listening on {bound or 'every address'}: the network reaches " \
+           f"{DEV_ENDPOINTS}"
+
+
 def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: int = 0,
           context_length: int | None = None, sleep_mode: bool = False,
           args: tuple[str, ...] | list[str] = (), log: Path | None = None,
           timeout: float = START_TIMEOUT, env: dict[str, str] | None = None,
-          layout: Layout = Layout()) -> Server:
+          layout: Layout = Layout(), allow_remote: bool = False) -> Server:
     """Start the server and wait until it serves `SERVED_NAME`; `log` (appended) takes its
-    output, else it goes to our stderr; `env`: more environment variables for the server."""
+    output, else it goes to our stderr; `env`: more environment variables for the server.
+    Off loopback only with `allow_remote` (see `exposure`)."""
+    warning = exposure(host, args, allow_remote)
+    if warning:
+        print(warning, file=sys.stderr)
     port = port or free_port(host)
     env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
@@ -409,7 +459,7 @@ def start(model: str, python: str | None = None, host: str = "127.0.0.1", port: 
         for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # ours would mix two installs
             env.pop(name, None)
     die_with_us = pdeathsig()
-    out = open(log, "a") if log else None
+    out = trust.open_append(log) if log else None
     try:
         # without a log, onto file descriptor 2 itself (sys.stderr may be a Python stream)
         process = subprocess.Popen(argv, stdout=out or 2, stderr=subprocess.STDOUT,

@@ -21,6 +21,9 @@ Guarantees:
   directory belongs); the temp file is removed, so nothing partial is left;
 - a final file exists only when complete (temp file in the same dir, fsync, rename), with the
   mode the umask gives any new file; `remove_temp_files` clears what a killed writer left;
+- while a write root is set (`spade run`: the run directory), no file, folder or journal is
+  written through a symlink out of it, nor at a destination that is a symlink: Untrusted, exit
+  77 (stages/trust.py);
 - a rerun skips an input shard whose outputs the manifest lists with the same input hash and
   config digest, and redoes the rest; the manifest is rewritten after each finished shard;
 - a stage without input shards (`emit`) may keep each record as it is made in a journal beside
@@ -52,6 +55,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 
 import orjson
 
+from stages import trust
 from stages.provenance import stamp
 from stages.records import MODELS, Record, RecordError, content_hash, dumps, parse
 
@@ -276,8 +280,10 @@ def encode(records: Iterable[Record | dict[str, Any]]) -> Iterator[bytes]:
 def write_atomic(path: str | Path, lines: Iterable[bytes]) -> int:
     """Write lines to `path` via a temp file in the same dir; returns the number of lines.
 
-    The file gets the mode any new file gets (0o666 less the umask)."""
+    The file gets the mode any new file gets (0o666 less the umask). Never through a link out
+    of the write root (trust.check_write)."""
     path = Path(path)
+    trust.check_write(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
         # 0o666 less the umask, as any new file (mkstemp would make it 0600 whatever the umask)
@@ -338,7 +344,9 @@ class _Upstream(Exception):
 
 
 def make_dirs(path: str | Path) -> None:
-    """mkdir -p for an output, an OSError (a dangling symlink, read-only) as OutputError."""
+    """mkdir -p for an output, an OSError (a dangling symlink, read-only) as OutputError;
+    never through a link out of the write root (trust.check_write)."""
+    trust.check_write(path)
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -524,7 +532,7 @@ class Journal:
         with self._lock:
             try:
                 if self._file is None:
-                    self._file = open(self.path, "ab")
+                    self._file = trust.open_append(self.path, "ab")
                 self._file.write(line)
                 self._file.flush()
             except OSError as exc:

@@ -123,6 +123,12 @@ class Config:
     device: str | None = None
     rewards: rewards.RewardConfig = field(default_factory=rewards.RewardConfig)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Config":
+        """The config `asdict` gave (a resident trainer's job, stages/train_ranks.py)."""
+        return cls(**{**data, "betas": tuple(data["betas"]), "roles": tuple(data["roles"]),
+                      "rewards": rewards.RewardConfig(**data["rewards"])})
+
 
 @dataclass
 class Sample:

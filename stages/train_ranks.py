@@ -1,54 +1,125 @@
 """The ranks of `spade train-grpo --nproc N`: torchrun starts N of these, each runs train-grpo.
 
-In: a spec file the launching command wrote (the records, model and checkpoint folders, the
-config and round, pickled: spade writes it and spade reads it, on this machine); or, resident
-(`spade trainer JOBS`), a jobs folder that `spade train-grpo --trainer JOBS` writes specs to.
-Out: the main rank writes the outcome beside it: (train records, checkpoint, info), or the
-exception that stopped training, which the launching command raises as its own (Diverged is
-still exit 65); ranks that died with no outcome (killed: out of memory, a signal) are
-RanksFailed, exit 69.
+In: a job file the launching command wrote (the records, model and checkpoint folders, the
+config and round, as JSON); or, resident (`spade trainer JOBS`), a jobs folder that `spade
+train-grpo --trainer JOBS` writes jobs to.
+Out: the main rank writes the outcome beside it, as JSON: the train records, checkpoint and
+info, or the exception that stopped training (its type, message and exit code), which the
+launching command raises as its own (Diverged is still exit 65, an unknown type exit 1);
+ranks that died with no outcome (killed: out of memory, a signal) are RanksFailed, exit 69.
 Guarantees: the ranks train exactly what `stages.train_grpo.run` trains in one process (see
 stages/parallel.py); nothing but the main rank writes a file. Resident ranks stay up across
 rounds: no process start, rendezvous or checkpoint read when a job trains from the checkpoint
 the previous job wrote (its state is kept in host memory, the GPUs are left to the engine), and
 the same records as a new process each round. Every rank takes the jobs in the order of their
 numbers, so no collective waits between jobs (an idle trainer times nothing out).
+Trust: the ranks may run as root, and another local user may reach the jobs folder. Nothing
+read from it is a pickle (a pickle runs code when read): jobs and outcomes are JSON, read as
+records and a Config. The jobs folder is made 0700, and both sides refuse it (Untrusted, exit
+77) unless it is this user's and neither its group nor others can write to it
+(stages/trust.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import pickle
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
-from stages import parallel, train_grpo
+import orjson
+
+from stages import parallel, train_grpo, trust
 from stages.backends import BackendUnavailable
+from stages.records import RecordError, Train, parse
+from stages.shards import InputMissing, OutputError
 from stages.serve import pdeathsig  # also: a torchrun whose spade died stops its ranks
+
+
+JOB, OUTCOME = ".job", ".out"  # a job file and, beside it, its outcome
 
 
 class RanksFailed(BackendUnavailable):
     """The ranks stopped without an outcome: one was killed or crashed outside train-grpo."""
 
 
+class TrainingFailed(RuntimeError):
+    """An exception of a type the outcome does not carry, raised by the ranks (exit 1)."""
+
+
+# The exceptions an outcome carries by type, so that the launching command exits as one process
+# would (spade_cli/errors.py); any other becomes TrainingFailed. Subclasses first.
+CARRIED = (RanksFailed, BackendUnavailable, train_grpo.Diverged, RecordError, InputMissing,
+           OutputError)
+
+
+def job(records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
+        round: int) -> bytes:
+    """A job file's bytes: what `train_grpo.run` is called with, as JSON."""
+    return orjson.dumps({"records": [record.to_dict() for record in records],
+                         "model_dir": model_dir, "ckpt_root": ckpt_root, "config": asdict(cfg),
+                         "round": round})
+
+
+def read_job(path: Path) -> tuple[list, str, str, train_grpo.Config, int]:
+    """(records, model dir, checkpoint root, config, round) from a job file."""
+    data = _json(path)
+    return ([parse(record) for record in data["records"]], data["model_dir"],
+            data["ckpt_root"], train_grpo.Config.from_dict(data["config"]), data["round"])
+
+
+def outcome(result: tuple | BaseException) -> bytes:
+    """What the main rank writes: `run`'s (train records, checkpoint, info), or the exception."""
+    if isinstance(result, BaseException):
+        carried = next((cls for cls in CARRIED if isinstance(result, cls)), None)
+        return orjson.dumps({"error": {
+            "type": carried.__name__ if carried else type(result).__name__, "msg": str(result),
+            "code": getattr(result, "code", None)}})
+    trained, checkpoint, info = result
+    return orjson.dumps({"train": [record.to_dict() for record in trained],
+                         "checkpoint": str(checkpoint) if checkpoint else None, "info": info})
+
+
+def read_outcome(path: Path) -> tuple[list, Path | None, dict]:
+    """`run`'s result from an outcome file; the exception it carries is raised."""
+    data = _json(path)
+    if "error" in data:
+        error = data["error"]
+        carried = {cls.__name__: cls for cls in CARRIED}.get(error["type"])
+        if carried is OutputError:
+            raise OutputError(error["msg"], error["code"])
+        if carried is not None:
+            raise carried(error["msg"])
+        raise TrainingFailed(f"{error['type']}: {error['msg']}")
+    checkpoint = data["checkpoint"]
+    return ([Train.model_validate(record) for record in data["train"]],
+            Path(checkpoint) if checkpoint else None, data["info"])
+
+
+def _json(path: Path) -> dict:
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"not a job or outcome spade wrote (JSON): {exc}", str(path)) from None
+
+
 def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
            round: int, work: Path) -> tuple[list, Path | None, dict]:
-    """Train on `nproc` local ranks (torchrun, standalone rendezvous); what `run` returns."""
-    spec, outcome = work / "spec.pkl", work / "outcome.pkl"
-    spec.write_bytes(pickle.dumps((records, model_dir, ckpt_root, cfg, round)))
-    outcome.unlink(missing_ok=True)
+    """Train on `nproc` local ranks (torchrun, standalone rendezvous); what `run` returns.
+    `work`: a private folder (a TemporaryDirectory is 0700) for the job and its outcome."""
+    trust.check_private(work)
+    spec, result = work / f"spec{JOB}", work / f"spec{OUTCOME}"
+    spec.write_bytes(job(records, model_dir, ckpt_root, cfg, round))
+    result.unlink(missing_ok=True)
     code = subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc-per-node={nproc}", "-m", "stages.train_ranks", str(spec)],
                            stdout=sys.stderr, env=rank_environment(nproc))  # records go to this command's stdout, not theirs
-    if outcome.exists():
-        result = pickle.loads(outcome.read_bytes())
-        if isinstance(result, BaseException):
-            raise result
-        return result
+    if result.exists():
+        return read_outcome(result)
     raise RanksFailed(f"train-grpo on {nproc} ranks stopped with no result (torchrun exit "
                       f"{code}): a rank was killed (out of memory is the usual cause) or "
                       f"crashed; the ranks' output is above, no checkpoint was written")
@@ -63,24 +134,24 @@ def rank_environment(nproc: int) -> dict[str, str]:
 
 
 def main(spec: str) -> int:
-    outcome = Path(spec).with_name("outcome.pkl")
-    _train(Path(spec), outcome, parallel.from_environment())
+    trust.check_private(Path(spec).parent)
+    _train(Path(spec), Path(spec).with_suffix(OUTCOME), parallel.from_environment())
     return 0
 
 
-def _train(spec: Path, outcome: Path, layout: parallel.Layout,
+def _train(spec: Path, done: Path, layout: parallel.Layout,
            resident: train_grpo.Resident | None = None) -> None:
-    """One spec trained; the main rank writes what `run` returned or raised (atomically)."""
-    records, model_dir, ckpt_root, cfg, round = pickle.loads(spec.read_bytes())
+    """One job trained; the main rank writes what `run` returned or raised (atomically)."""
+    records, model_dir, ckpt_root, cfg, round = read_job(spec)
     try:
         result = train_grpo.run(records, model_dir, ckpt_root, cfg, round=round, layout=layout,
                                 resident=resident)
     except Exception as exc:
         result = exc
     if layout.main:
-        tmp = outcome.with_name(outcome.name + ".tmp")
-        tmp.write_bytes(pickle.dumps(result))
-        os.replace(tmp, outcome)
+        tmp = done.with_name(done.name + ".tmp")
+        tmp.write_bytes(outcome(result))
+        os.replace(tmp, done)
     if isinstance(result, BaseException):
         # resident ranks too: the others may be waiting in a collective this rank left
         raise result
@@ -88,7 +159,7 @@ def _train(spec: Path, outcome: Path, layout: parallel.Layout,
 
 # -- resident ranks ---------------------------------------------------------------------------
 
-JOB, OUTCOME, STOP, READY = ".job", ".out", "stop", "ready"
+STOP, READY = "stop", "ready"
 POLL = 0.05  # seconds between looks at the jobs folder
 
 
@@ -98,8 +169,8 @@ START_TIMEOUT = 600.0  # seconds for resident ranks to come up (imports, CUDA, r
 def start(nproc: int, jobs: Path, log=None) -> subprocess.Popen:
     """Resident ranks over `jobs` (torchrun, standalone rendezvous; output to `log`, default
     our stderr), in a session of their own, stopped if we die; they are ready once
-    `jobs/ready` names the world size."""
-    jobs.mkdir(parents=True, exist_ok=True)
+    `jobs/ready` names the world size. `jobs` is made 0700; Untrusted if it is not private."""
+    trust.private_dir(jobs)
     for stale in [jobs / READY, jobs / STOP, *jobs.glob(f"*{JOB}*"), *jobs.glob(f"*{OUTCOME}*")]:
         stale.unlink(missing_ok=True)  # jobs belong to the ranks that were given them
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -122,6 +193,7 @@ def stop(ranks: subprocess.Popen, jobs: Path, grace: float = 30.0) -> None:
 
 def serve(jobs: Path) -> int:
     """Every rank: run job after job, in order, until `jobs/stop` appears."""
+    trust.check_private(jobs)
     # torchrun starts its workers in sessions of their own: without this, a rank whose
     # torchrun was killed would live on and take the next job alone
     die_with_torchrun = pdeathsig(signal.SIGKILL)
@@ -150,28 +222,27 @@ def submit(jobs: Path, records: list, model_dir: str, ckpt_root: str, cfg: train
     numbers = [int(p.name[:6]) for p in jobs.glob(f"*{JOB}")]
     spec = jobs / f"{max(numbers, default=0) + 1:06d}{JOB}"
     tmp = spec.with_name(spec.name + ".tmp")
-    tmp.write_bytes(pickle.dumps((records, model_dir, ckpt_root, cfg, round)))
+    tmp.write_bytes(job(records, model_dir, ckpt_root, cfg, round))
     os.replace(tmp, spec)
-    outcome = spec.with_suffix(OUTCOME)
-    while not outcome.exists():
+    done = spec.with_suffix(OUTCOME)
+    while not done.exists():
         if not _alive(pid):
             raise RanksFailed(f"the resident trainer over {jobs} ({world} ranks) died during "
                               f"the job: its output is in the run's log; no checkpoint written")
         time.sleep(POLL)
-    result = pickle.loads(outcome.read_bytes())
-    if isinstance(result, BaseException):
-        raise result
-    return result
+    return read_outcome(done)
 
 
 def ready(jobs: Path, wait: float = 60.0) -> tuple[int, int]:
-    """(world size, main rank's pid) of the resident ranks over `jobs`, once they are up."""
+    """(world size, main rank's pid) of the resident ranks over `jobs`, once they are up;
+    Untrusted, before anything in it is read, if `jobs` is not private."""
     deadline = time.monotonic() + wait
     while not (jobs / READY).exists():
         if time.monotonic() > deadline:
             raise RanksFailed(f"no resident trainer answers over {jobs} (start one with "
                               f"`spade trainer {jobs}`)")
         time.sleep(POLL)
+    trust.check_private(jobs)
     world, pid = map(int, (jobs / READY).read_text().split())
     if not _alive(pid):
         raise RanksFailed(f"the resident trainer over {jobs} has exited")

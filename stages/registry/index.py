@@ -16,7 +16,11 @@ Guarantees:
   are read, and only their ids (as integer keys, for the train-step edges) are kept.
 Lines are decoded with orjson and read field by field, without the pydantic models: the
 shards were validated when they were written, and the registry must read millions of plays
-in minutes. A line that is not JSON, or written by a newer spade, is a RecordError.
+in minutes. A line that is not JSON, or written by a newer spade, is a RecordError. Envs and
+designs, the kinds whose id names their content, are the exception: each is checked exactly
+as every reader checks it (stages.records.parse), so an env whose id is not its program's
+(`path:line: id does not match its content`) stops the index (RecordError, exit 65) before
+its shard is stored, and `lineage` and `export` never see it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from stages.records import VERSION, RecordError
+from stages.records import MODELS, VERSION, RecordError, parse
 from stages.registry.schema import PROVENANCE, SHARD_TABLES, id_key
 from stages.shards import MANIFEST, SUFFIXES, InputMissing, max_line_bytes, open_text
 
@@ -313,6 +317,8 @@ class Rows:
         if handler is None:
             self.counts["other"] += 1
             return
+        if MODELS[kind].checked:
+            data = _checked(data, where)
         try:
             handler(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -426,6 +432,16 @@ class Rows:
             con.executemany(f"INSERT OR IGNORE INTO {table}({', '.join(columns)}) VALUES "
                             f"({', '.join('?' * len(columns))})",
                             (owner + row for row in rows))
+
+
+def _checked(data: dict, where: str) -> dict:
+    """An env or design as every reader takes it (`parse`): one without an id gets its
+    content's, one whose id is not its content's is a RecordError."""
+    try:
+        record = parse(data)
+    except RecordError as exc:
+        raise RecordError(exc.msg, where) from None
+    return {**data, "id": record.id}
 
 
 def _lines(path: Path) -> Iterator[bytes]:

@@ -18,7 +18,9 @@ Guarantees: every section renders with whatever data the run has and says what i
 (retention, which a run without `retention` never has, is left out instead); a chart is drawn
 only where its numbers vary; env-derived text shows literally in charts and page;
 the diversity model is optional (without it the section says why and a warning is logged);
-nothing is printed (the caller prints one summary line).
+nothing is printed (the caller prints one summary line); the page and charts are written
+atomically, and under a write root (`spade report` sets the run directory) never through a
+symlink out of it (stages/trust.py): a planted `report` link is refused, exit 77.
 
 Modules: data (reading a run), tables (the numbers), diversity (Vendi and the embedder), plots
 (matplotlib), page (HTML), sections (each section from its table).
@@ -35,7 +37,8 @@ from stages.report import sections
 from stages.report.data import RunData, load_run
 from stages.report.diversity import Embedder
 from stages.report.page import render
-from stages.report.plots import Charts, write_bytes
+from stages.report.plots import Charts
+from stages.shards import make_dirs, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ def build(run_dir: str | Path, out_dir: str | Path | None = None,
     """Read the run, draw the charts, write `index.html`; returns its path and the numbers."""
     run = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else run.path / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     charts = Charts(out, embed_images, run.all_rounds())
     warnings: list[str] = []
     numbers: dict[str, Any] = {}
@@ -82,6 +85,6 @@ def build(run_dir: str | Path, out_dir: str | Path | None = None,
     for warning in warnings:
         log.warning("%s", warning)
     path = out / "index.html"
-    write_bytes(path, render(run, found, warnings, headline, alerts).encode("utf-8"))
+    write_atomic(path, [render(run, found, warnings, headline, alerts).encode("utf-8")])
     return ReportResult(path, run, warnings, numbers, charts.written, charts.count,
                         f"{headline[0]} {headline[1]}")

@@ -19,7 +19,6 @@ import html
 import io
 import logging
 import math
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,6 +28,7 @@ from stages.records import Eval
 from stages.report.diversity import PAPER_VENDI_N, Diversity
 from stages.report.tables import (ADVANTAGE_KEY, LEARNABLE, TRAIN_STATS, NoHint,
                                   RetentionPoint, Spread, TrainSeries, WinRates)
+from stages.shards import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +85,10 @@ class Charts:
             src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
         else:
             path = self.out_dir / name
-            write_bytes(path, data)
+            write_atomic(path, [data])
             self.written.append(path)
             src = name
         return f'<img class="chart" src="{html.escape(src)}" alt="{html.escape(alt)}">'
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _or_note(draw: Callable[..., str]) -> Callable[..., str]:

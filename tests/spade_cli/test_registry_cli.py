@@ -95,3 +95,27 @@ def test_help_has_an_example(command):
     result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "100"})
     assert result.exit_code == 0 and "Example" in result.stdout
     assert f"spade {command}" in result.stdout
+
+
+def test_a_forged_env_is_not_indexed_so_lineage_and_export_never_show_it(tmp_path, monkeypatch):
+    """An env record carrying one program's id with another program's source: index checks its
+    id as every reader does, stops (exit 65) before storing it, and nothing can show or ship
+    the forged program under that id."""
+    from stages.records import Env, program_hash
+    from tests.stages.test_registry import OTHER, SOURCE, env, write
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPADE_REGISTRY", raising=False)
+    honest = env(SOURCE, "des_0000000000000000")
+    forged = Env(**{**honest.model_dump(), "source": OTHER, "source_hash": program_hash(SOURCE)})
+    assert forged.id == honest.id and forged.source == OTHER
+    run = tmp_path / "runs" / "f"
+    write(run / "r00" / "validate-a0", [forged], stage="validate")
+    result = runner.invoke(app, ["registry", "index", "runs/f"])
+    assert result.exit_code == 65, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert f"env-00000.jsonl:1: id does not match its content (expected " in result.stderr
+    shown = runner.invoke(app, ["lineage", honest.id])
+    assert shown.exit_code == 2 and OTHER not in shown.stdout
+    shipped = runner.invoke(app, ["registry", "export"])
+    assert shipped.exit_code == 0 and "pick b" not in shipped.stdout and shipped.stdout == ""

@@ -197,8 +197,10 @@ def test_killed_run_resumes_to_the_same_records(tmp_path, nsjail_ok):
 
 
 class Stages:
-    """Stands in for the spade command group: records each stage's argv, runs none. Make it
-    before patching `commands.group`: it keeps the real group's commands (their options)."""
+    """Stands in for the spade command group: records each stage's argv, runs none, and leaves
+    the complete manifest a stage leaves in its `-o` folder (a round is done only with them).
+    Make it before patching `commands.group`: it keeps the real group's commands (their
+    options)."""
 
     def __init__(self):
         from spade_cli import commands
@@ -208,6 +210,10 @@ class Stages:
 
     def main(self, args, prog_name, standalone_mode):
         self.argvs.append(list(args))
+        out = args[args.index("-o") + 1] if "-o" in args else None
+        if out and not out.endswith(".jsonl"):
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / "_manifest.json").write_text('{"complete": true}')
 
 
 def test_a_rerun_removes_the_temp_files_a_killed_run_left(tmp_path, monkeypatch):

@@ -151,9 +151,11 @@ def test_the_runner_starts_its_engine_with_the_recipes_layout(tmp_path, monkeypa
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     settings = Serve(port=9, data_parallel=8, sleep=False)
-    with Engine(SimpleNamespace(serve=settings, defaults={}), tmp_path) as engine:
+    with Engine(SimpleNamespace(serve=settings, defaults={}, allow_remote=False),
+                tmp_path) as engine:
         engine.start(str(tmp_path / "m"))
-    assert calls == [{"layout": serve.Layout(data_parallel=8)}] and settings.gpus == 8
+    assert calls == [{"layout": serve.Layout(data_parallel=8), "allow_remote": False}]
+    assert settings.gpus == 8
     assert str(calls[0]["layout"]) == "8 GPUs: 8 replicas x 1"
 
 
@@ -288,7 +290,8 @@ def test_a_server_that_died_as_train_grpo_ran_starts_again_with_the_new_checkpoi
     monkeypatch.setattr(serve, "start", lambda model, *args, **kwargs: started.append(model)
                         or server(["sleep", "60"], model))
     (tmp_path / "step-2").mkdir()
-    engine = Engine(SimpleNamespace(serve=Serve(port=9), defaults={}), tmp_path)
+    engine = Engine(SimpleNamespace(serve=Serve(port=9), defaults={}, allow_remote=False),
+                    tmp_path)
     engine.server = server(["sh", "-c", "exit 7"], "step-1")
     engine.server.process.wait()
     with engine:
