@@ -50,12 +50,13 @@ class EnvWorker:
 class Jail:
     """Stands in for `sandbox.jail.Worker` in a module that starts its own workers: each
     `Worker(sandbox)` plays a fresh env from `make_env`, as each jail loads the source afresh;
-    `workers` lists them in the order they were started."""
+    `workers` lists them in the order they were started, `sandboxes` what each was given."""
 
     def __init__(self, make_env, domain: str = "game"):
-        self.make_env, self.domain, self.workers = make_env, domain, []
+        self.make_env, self.domain, self.workers, self.sandboxes = make_env, domain, [], []
 
-    def __call__(self, sandbox=None) -> EnvWorker:
+    def __call__(self, sandbox) -> EnvWorker:
+        self.sandboxes.append(sandbox)
         self.workers.append(EnvWorker(self.make_env(), self.domain))
         return self.workers[-1]
 

@@ -67,6 +67,14 @@ def test_a_game_plays_the_fixed_texts_the_echoes_and_each_boxed_generic_action_o
     assert policy["echoing the first observation"](2, "obs", "first") == "first"
 
 
+def test_each_fixed_policy_plays_the_text_its_name_says_every_turn():
+    texts = {name: policy(5, "obs", "first") for name, policy in trivial.blind_policies("game")
+             if not name.startswith("echoing")}
+    said = {"plain prose": trivial.PROSE, "a refusal": trivial.REFUSAL,
+            '"I don\'t know"': trivial.UNKNOWN}
+    assert texts == {name: said.get(name, name) for name in texts}
+
+
 def test_a_tool_use_env_plays_an_answer_of_not_knowing_and_its_own_generic_actions():
     names = [name for name, _ in trivial.blind_policies("tool_use")]
     assert names[8] == "<answer>I don't know</answer>"
@@ -281,15 +289,24 @@ def near(env, seeds=SEEDS):
 
 
 def test_a_two_sided_tolerance_around_the_answer_fails_the_env():
-    err = rejected(near, WithinOneEnv())
+    class NotAboveSeven(WithinOneEnv):
+        def reset(self, seed=None):
+            out = super().reset(seed)
+            self.high = int(seed != 7)
+            return out
+
+    err = rejected(near, NotAboveSeven())
     assert (err.check, err.msg) == ("trivial", "near misses of the solution's final answer win: "
-                                    "number 1 -1 wins 5 and number 1 +1 wins 5 of 5 seeds (a "
+                                    "number 1 -1 wins 5 and number 1 +1 wins 4 of 5 seeds (a "
                                     "tolerance, not the answer)")
 
 
 def test_one_side_of_the_answer_winning_is_a_threshold_not_a_tolerance():
     at_least = type("AtLeast", (WithinOneEnv,), {"low": 0})()
     assert near(at_least) == {"near miss: number 1 -1": [0, 3], "near miss: number 1 +1": [5, 5]}
+    exact = type("Exact", (WithinOneEnv,), {"low": 0, "high": 0})()
+    assert near(exact, SEEDS[:4]) == {"near miss: number 1 -1": [0, 2],  # half lost: stop
+                                      "near miss: number 1 +1": [0, 2]}
 
 
 def test_a_tolerance_that_wins_exactly_half_the_seeds_passes():
@@ -320,7 +337,7 @@ def test_a_changed_letter_that_wins_most_seeds_fails_the_env():
             return [f"\\boxed{{{self.word}}}"]
 
     err = rejected(near, FirstLetterFree(), SEEDS[:3])
-    assert err.msg == ("near misses of the solution's final answer win: one letter changed wins "
+    assert err.check == "trivial" and err.msg == ("near misses of the solution's final answer win: one letter changed wins "
                        "3 of 3 seeds")
 
 
@@ -335,6 +352,32 @@ def test_a_seed_the_control_wins_is_not_graded():
 
     assert near(AnyAnswerOnSome()) == {"near miss: number 1 -1": [0, 2],
                                        "near miss: number 1 +1": [0, 2]}
+
+
+class KeypadEnv(WithinOneEnv):
+    """`\\boxed{go}` first, then the number: only after go is an answer graded; on the seeds
+    in `any_answer` it is scored on its state, so any answer after go wins."""
+
+    any_answer = ()
+
+    def step(self, action):
+        if self.turns == 0:
+            self.turns += 1
+            return "go on", 0.0, False, action != "\\boxed{go}", {}
+        if self.answer - 10 in self.any_answer:
+            return "yes", 1.0, True, False, {}
+        return super().step(action)
+
+    def solution(self):
+        return ["\\boxed{go}", f"\\boxed{{{self.answer}}}"]
+
+
+def test_near_misses_and_the_control_are_played_after_the_solutions_other_actions():
+    assert rejected(near, KeypadEnv()).msg.startswith("near misses of the solution's final "
+                                                      "answer win: number 1 -1 wins 5")
+    state_scored = type("StateScored", (KeypadEnv,), {"low": 0, "high": 0, "any_answer": (2, 3, 5)})
+    assert near(state_scored()) == {"near miss: number 1 -1": [0, 2],
+                                    "near miss: number 1 +1": [0, 2]}
 
 
 def test_near_misses_of_a_solution_that_wins_before_its_last_action_are_not_played():
@@ -400,6 +443,42 @@ def test_a_policy_that_wins_most_seeds_is_a_trivial_reject_carrying_the_tally(ja
                                     "with different answers: a shortcut, not a game)")
     assert err.tally == {"policies": 1, "plays": 5, "steps": 5, "capped": None, "chance": None,
                          "wins": {"plain prose": "5/5"}}
+
+
+def test_both_workers_load_the_source_in_the_validations_sandbox(jail):
+    made = jail()
+    sandbox = Sandbox(limits=Limits(lifetime=60))
+    trivial.check(sandbox, GAME, SEEDS, facts())
+    assert made.sandboxes == [sandbox, sandbox]
+    assert all(w.calls[0] == ("load", {"source": GAME}) for w in made.workers)
+
+
+def test_an_env_that_raises_during_blind_play_is_a_trivial_reject_saying_so(jail):
+    class HatesProse(GuessEnv):
+        def step(self, action):
+            if action == trivial.PROSE:
+                raise ValueError("no essays")
+            return super().step(action)
+
+    jail(HatesProse)
+    with pytest.raises(trivial.TrivialError) as raised:
+        trivial.check(Sandbox(), GAME, SEEDS, facts())
+    err = raised.value
+    assert (err.check, err.msg, err.outcome) == ("trivial", "step raised ValueError: no essays",
+                                                 "program_error")
+    assert err.tally["plays"] == 1
+
+
+TOOL_USE = ("class DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n        self.door = 'open "
+            "sesame'\n    def solution(self):\n        return []\n")
+
+
+def test_a_tool_use_envs_literals_are_played_as_answers(jail):
+    jail(lambda: wins_also("<answer>open sesame</answer>"))
+    tool_use = EnvFacts("DeskEnv", "tool_use", 3)
+    with pytest.raises(trivial.TrivialError, match="^trivial: <answer>open sesame</answer> every "
+                                                   "turn wins 5 of 5 seeds"):
+        trivial.check(Sandbox(), TOOL_USE, SEEDS, tool_use)
 
 
 def test_a_near_miss_or_literal_that_wins_is_a_trivial_reject_too(jail):
