@@ -2,7 +2,10 @@
 bytes), which code block an answer gives, the messages of the static checks a designer reads,
 a restated ToolUseBaseEnv, and the runtime checks' verdicts on replies an in-process stand-in for
 the worker gives (resources, policy, step types, max_turns, solution() shapes, the majority
-rule of `trivial`, the reset gate)."""
+rule of `trivial`, the reset gate); then every runtime check on an env played in-process
+(tests/sandbox/env_worker.py): the determinism replay and its probe step past the solution, the
+oracle (a terminal reward of 0 is no win) and its reasons, garbage, trivial's memorised answers,
+solve's spare seeds, and all of them in order."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from sandbox import contract
 from sandbox.contract import (MAX_SOURCE_BYTES, MAX_TURNS_CAP, ContractError, EnvFacts, Probe,
                               Seeds, check_size, extract, parse, static_checks)
-from sandbox.jail import Reply, SandboxUnavailable
+from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable
 from tests.sandbox.env_worker import EnvWorker, GuessEnv, Jail
 from tests.sandbox.tiny_env import GAME, structure_of
 
@@ -182,7 +185,15 @@ def test_a_reference_game_without_solution_is_recorded_as_such():
     assert structure_of(source) == contract.EnvClass("TinyEnv", True, False)
     assert structure_of(GAME) == contract.EnvClass("TinyEnv", False, True)
     ours = GAME.replace("def solution(", "def _solution(")
-    assert rejected(structure_of, ours).msg.startswith("class TinyEnv lacks solution: ")
+    assert rejected(structure_of, ours).msg == (
+        "class TinyEnv lacks solution: a game defines solution(), the actions that win, so the "
+        "oracle can check it is winnable")
+
+
+def test_a_module_that_rebinds_the_env_class_name_is_a_structure_reject():
+    err = rejected(structure_of, GAME + "from random import Random as TinyEnv\n")
+    assert err.msg == ("an import rebinds TinyEnv (line 10): an env's classes are what their "
+                       "class statements define; put every method in the class body")
 
 
 # -- a restated ToolUseBaseEnv -------------------------------------------------------------------
@@ -517,6 +528,32 @@ def test_nesting_too_deep_names_the_error_exactly():
     err = rejected(parse, "x = " + "-" * 100_000 + "1\n")
     assert err.msg == ("the source nests too deeply for Python's parser (MemoryError); write "
                        "long expressions as loops or data")
+    err = rejected(parse, "x = " + " + ".join(["1"] * 5000) + "\n")
+    assert err.msg.startswith("the source nests too deeply for Python's parser (RecursionError: "
+                              "maximum recursion depth exceeded")
+    assert err.msg.endswith("); write long expressions as loops or data")
+
+
+def test_a_parser_that_refuses_null_bytes_with_a_value_error_still_gives_a_parse_reject(
+        monkeypatch):
+    """Interpreters from before a null byte became a SyntaxError (3.11.7 has the change) raise
+    ValueError."""
+    def refuse(source):
+        raise ValueError("source code string cannot contain null bytes")
+
+    monkeypatch.setattr(ast, "parse", refuse)
+    err = rejected(parse, "x = 1\0\n")
+    assert (err.check, err.msg) == ("parse", "source code string cannot contain null bytes")
+
+
+def test_a_tree_too_deep_to_walk_is_a_parse_reject_not_a_crash(monkeypatch):
+    def too_deep(tree):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(contract, "structure", too_deep)
+    err = rejected(static_checks, GAME, True)
+    assert (err.check, err.msg) == ("parse", "the source nests too deeply to check "
+                                    "(RecursionError); write long expressions as loops or data")
 
 
 @pytest.mark.parametrize("source", ["x = 1\n", GAME + GAME.replace("TinyEnv", "OtherEnv")])
@@ -565,6 +602,8 @@ def test_every_item_of_a_restated_base_is_checked_after_harmless_ones(first):
 def test_a_restated_base_may_set_any_attribute_of_the_base_to_a_constant():
     out, dropped = contract.drop_restated_base("class ToolUseBaseEnv:\n    setup = None\n" + DESK)
     assert dropped is True
+    every = " = ".join(sorted(vars(contract.tool_base.ToolUseBaseEnv)))  # all in one assignment
+    assert contract.drop_restated_base(f"class ToolUseBaseEnv:\n    {every} = 0\n" + DESK)[1]
 
 
 def test_the_restated_base_rejects_are_structure_rejects_with_their_reason():
@@ -722,6 +761,14 @@ def test_the_determinism_replay_stops_where_the_episode_ends():
     contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}], ["\\boxed{9}"]),
                                facts())
     assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{9}"]  # truncated: no probe step
+    p = on(GuessEnv())
+    contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}],
+                                                     ["\\boxed{9}", "\\boxed{4}"]), facts())
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{4}"] * 2  # ended at its second
+    p = on(type("TwoTurnEnv", (GuessEnv,), {"max_turns": 2})())
+    contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}],
+                                                     ["\\boxed{9}", "\\boxed{8}"]), facts())
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{8}"] * 2  # truncated at its second
 
 
 class CountingResetEnv(GuessEnv):
@@ -760,6 +807,18 @@ class EndlessEnv(GuessEnv):
     def step(self, action):
         self.turns += 1
         return "no", 0.0, False, False, {}
+
+
+def test_an_env_that_raises_during_the_replay_is_a_determinism_reject():
+    class RaisesPastTheSolution(OpenEndedEnv):
+        def step(self, action):
+            if action == contract.PROBE_ACTION:
+                raise IndexError("no more turns")
+            return super().step(action)
+
+    err = rejected(contract.check_determinism, on(RaisesPastTheSolution()), 3, solved([3])[3],
+                   facts())
+    assert (err.check, err.msg) == ("determinism", "step raised IndexError: no more turns")
 
 
 def test_an_env_without_solution_replays_generic_actions_for_its_turns_and_the_probe_step():
@@ -870,8 +929,8 @@ def desk(**attributes):
     ([True, "ValueError: x"], ["<answer>done</answer>"],
      "criterion 2 raises after the solution's actions (ValueError: x); a criterion that raises "
      "counts as not met, so its request never completes: make it return False instead"),
-    ([True, False], ["<answer>3</answer>"],
-     "solution() never answers <answer>done</answer> (1 of 2 criteria hold after its actions); a "
+    ([True, True, False], ["<answer>3</answer>"],
+     "solution() never answers <answer>done</answer> (2 of 3 criteria hold after its actions); a "
      "tool-use episode ends only with it: make it solution()'s last action"),
     ([True, False], ["<ANSWER> Done </answer>"], "1 of 2 criteria hold after its actions"),
     ([False, False, True], ["<answer>done</answer>"], "1 of 3 criteria hold after its actions"),
@@ -1022,6 +1081,17 @@ def test_doing_nothing_must_not_win_on_any_of_the_first_three_seeds(seed):
                                                f"(seed {seed})")
 
 
+def test_an_env_that_raises_during_blind_play_is_a_trivial_reject():
+    class HatesEmptyBoxes(GuessEnv):
+        def step(self, action):
+            if action == "\\boxed{}":
+                raise ValueError("empty")
+            return super().step(action)
+
+    err = rejected(trivial, HatesEmptyBoxes())
+    assert (err.check, err.msg) == ("trivial", "step raised ValueError: empty")
+
+
 def test_doing_nothing_is_not_played_past_the_third_seed():
     trivial(wins_also("\\boxed{}", {6}))  # the generic actions win it once: luck
 
@@ -1135,6 +1205,13 @@ def test_solve_blames_a_failing_reset_on_reset_and_a_failing_solution_on_the_ora
     assert rejected(contract.solve, None, "src", Seeds([3, 4]), OURS).check == "reset"
 
 
+def test_a_solution_that_is_no_action_list_names_its_seed(jail):
+    jail(type("Empty", (GuessEnv,), {"solution": lambda self: []}))
+    err = rejected(contract.solve, None, "src", Seeds([3, 4]), OURS)
+    assert (err.check, err.msg) == ("oracle", "solution() for seed 3 must return a non-empty list "
+                                              "of action strings, got list of length 0")
+
+
 def test_solution_actions_are_what_a_reply_sends(jail):
     class Chatty(GuessEnv):
         def solution(self):
@@ -1163,6 +1240,14 @@ def test_a_valid_game_passes_every_runtime_check_in_the_documented_order(jail):
     assert solver.played("reset") == [3, 4]
     # reset every seed, determinism on the first twice, then garbage on the second
     assert player.played("reset")[:5] == [3, 4, 3, 3, 4]
+
+
+def test_both_workers_load_the_source_in_the_validations_sandbox(jail):
+    made = jail()
+    sandbox = Sandbox(limits=Limits(lifetime=60))
+    contract.runtime_checks(sandbox, GAME, [3, 4])
+    assert made.sandboxes == [sandbox, sandbox]
+    assert all(worker.calls[0] == ("load", {"source": GAME}) for worker in made.workers)
 
 
 def test_spare_seeds_drawn_while_the_solutions_agreed_are_reset_and_recorded(jail):
@@ -1200,6 +1285,15 @@ def test_a_lost_oracle_names_the_global_random_draw_the_source_makes(jail):
                             "computed in another worker, does not fit it; draw from self.rng")
 
 
+def test_a_replay_that_differs_names_the_global_random_draw_the_source_makes(jail):
+    jail(CountingResetEnv)
+    err = rejected(contract.runtime_checks, None, "import random\n" + GAME.replace(
+        '        return "hi", {}', '        self.x = random.random()\n        return "hi", {}'),
+        [3, 4])
+    assert err.msg.startswith("reset(seed=3) gave different results in two workers: reset() "
+                              "draws from the global random module (line 4: random.random)")
+
+
 def test_a_reference_game_may_pay_up_to_ten_and_ours_up_to_one(jail):
     class PaysFive(GuessEnv):
         def step(self, action):
@@ -1223,7 +1317,17 @@ def test_a_tool_use_env_passes_the_reset_gate_and_records_its_tools(jail):
     made = jail(DeskEnv, "tool_use")
     got = contract.runtime_checks(None, TOOL_USE, [3, 4])
     assert got == EnvFacts("DeskEnv", "tool_use", 3, [{"name": "look"}], True)
-    assert made.workers[1].calls[-1] == ("tools", {})
+    assert made.workers[1].calls[-2:] == [("reset", {"seed": 3}), ("tools", {})]
     jail(type("Desk", (DeskEnv,), {"criteria": lambda self: [True]}), "tool_use")
     err = rejected(contract.runtime_checks, None, TOOL_USE, [3, 4])
     assert (err.check, err.msg) == ("reset_gate", "criterion 1 already holds at reset (seed 3)")
+
+
+def test_a_lost_tool_use_oracle_reads_the_criteria_of_our_api_only(jail):
+    jail(type("Desk", (DeskEnv,), {"status": [True, False]}), "tool_use")
+    err = rejected(contract.runtime_checks, None, TOOL_USE, [3, 4])
+    assert err.msg.endswith("did not win (terminated=True, reward=0.0): 1 of 2 criteria hold "
+                            "after its actions")
+    reference = TOOL_USE.replace("def setup(self):", "def reset(self, seed=None):")
+    err = rejected(contract.runtime_checks, None, reference, [3, 4])
+    assert err.msg == "replaying solution() for seed 3 did not win (terminated=True, reward=0.0)"
