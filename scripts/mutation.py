@@ -87,9 +87,11 @@ TARGETS: dict[str, Target] = {
              "test_a_read_only_dir_is_exit_73",
              "test_an_unwritable_dir_is_exit_73",
              "test_a_dangling_symlink_as_out_dir_is_exit_73_in_one_line")))),
-    # the checks that run without a jail (static ones; runtime verdicts on a stand-in worker's
-    # replies) and the jail-free tests: test_contract.py's runtime tests start two nsjail workers
-    # each (seconds), and every mutant of parse or structure would rerun them all
+    # the static checks, and the runtime checks (determinism, garbage, oracle, trivial, solve,
+    # the whole order) judged on an env played in-process by a stand-in for the jailed worker
+    # (tests/sandbox/env_worker.py); only the jail-free tests: test_contract.py's runtime tests
+    # start two nsjail workers each (seconds), and every mutant of parse or structure would rerun
+    # them all
     "sandbox/contract.py": Target(
         ("tests/sandbox/test_contract_boundaries.py",
          *(f"tests/sandbox/test_contract.py::{t}" for t in (
@@ -104,7 +106,17 @@ TARGETS: dict[str, Target] = {
         ("extract", "check_size", "parse", "import_problem", "check_imports", "defined_names",
          "structure", "takes_max_turns", "static_checks", "_stub", "drop_restated_base",
          "describe", "short", "step_problem", "load", "solution_actions", "wins_most",
-         "check_reset_gate", "global_random_use", "Probe.*", "Seeds.*")),
+         "check_reset_gate", "global_random_use", "Probe.*", "Seeds.*",
+         "check_reset", "trace", "check_determinism", "check_garbage", "play", "won", "replay",
+         "generic_action", "generic_actions", "check_oracle", "oracle_reason", "check_trivial",
+         "solve", "sent_actions", "same_episode", "same_solution", "runtime_checks")),
+    # the blind policies, near misses, caps and chance, played in-process as above; of
+    # test_validate.py only its jail-free tests of near misses and literals
+    "stages/trivial.py": Target(
+        ("tests/stages/test_trivial_boundaries.py",
+         *(f"tests/stages/test_validate.py::{t}" for t in (
+             "test_near_misses_change_only_the_final_answer_and_never_its_case",
+             "test_literals_are_short_action_like_deduplicated_and_capped")))),
     # the hint and reward handling; test_rollout.py's plays run in nsjail (about a second each,
     # some wait out timeouts), so only its jail-free tests: test_rollout_hints.py plays the same
     # code against an in-process stand-in for the worker

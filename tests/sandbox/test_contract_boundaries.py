@@ -2,7 +2,10 @@
 bytes), which code block an answer gives, the messages of the static checks a designer reads,
 a restated ToolUseBaseEnv, and the runtime checks' verdicts on replies an in-process stand-in for
 the worker gives (resources, policy, step types, max_turns, solution() shapes, the majority
-rule of `trivial`, the reset gate)."""
+rule of `trivial`, the reset gate); then every runtime check on an env played in-process
+(tests/sandbox/env_worker.py): the determinism replay and its probe step past the solution, the
+oracle (a terminal reward of 0 is no win) and its reasons, garbage, trivial's memorised answers,
+solve's spare seeds, and all of them in order."""
 
 from __future__ import annotations
 
@@ -14,13 +17,14 @@ import pytest
 from sandbox import contract
 from sandbox.contract import (MAX_SOURCE_BYTES, MAX_TURNS_CAP, ContractError, EnvFacts, Probe,
                               Seeds, check_size, extract, parse, static_checks)
-from sandbox.jail import Reply, SandboxUnavailable
+from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable
+from tests.sandbox.env_worker import EnvWorker, GuessEnv, Jail
 from tests.sandbox.tiny_env import GAME, structure_of
 
 
-def rejected(call, *args):
+def rejected(call, *args, **kwargs):
     with pytest.raises(ContractError) as raised:
-        call(*args)
+        call(*args, **kwargs)
     return raised.value
 
 
@@ -181,7 +185,15 @@ def test_a_reference_game_without_solution_is_recorded_as_such():
     assert structure_of(source) == contract.EnvClass("TinyEnv", True, False)
     assert structure_of(GAME) == contract.EnvClass("TinyEnv", False, True)
     ours = GAME.replace("def solution(", "def _solution(")
-    assert rejected(structure_of, ours).msg.startswith("class TinyEnv lacks solution: ")
+    assert rejected(structure_of, ours).msg == (
+        "class TinyEnv lacks solution: a game defines solution(), the actions that win, so the "
+        "oracle can check it is winnable")
+
+
+def test_a_module_that_rebinds_the_env_class_name_is_a_structure_reject():
+    err = rejected(structure_of, GAME + "from random import Random as TinyEnv\n")
+    assert err.msg == ("an import rebinds TinyEnv (line 10): an env's classes are what their "
+                       "class statements define; put every method in the class body")
 
 
 # -- a restated ToolUseBaseEnv -------------------------------------------------------------------
@@ -516,6 +528,32 @@ def test_nesting_too_deep_names_the_error_exactly():
     err = rejected(parse, "x = " + "-" * 100_000 + "1\n")
     assert err.msg == ("the source nests too deeply for Python's parser (MemoryError); write "
                        "long expressions as loops or data")
+    err = rejected(parse, "x = " + " + ".join(["1"] * 5000) + "\n")
+    assert err.msg.startswith("the source nests too deeply for Python's parser (RecursionError: "
+                              "maximum recursion depth exceeded")
+    assert err.msg.endswith("); write long expressions as loops or data")
+
+
+def test_a_parser_that_refuses_null_bytes_with_a_value_error_still_gives_a_parse_reject(
+        monkeypatch):
+    """Interpreters from before a null byte became a SyntaxError (3.11.7 has the change) raise
+    ValueError."""
+    def refuse(source):
+        raise ValueError("source code string cannot contain null bytes")
+
+    monkeypatch.setattr(ast, "parse", refuse)
+    err = rejected(parse, "x = 1\0\n")
+    assert (err.check, err.msg) == ("parse", "source code string cannot contain null bytes")
+
+
+def test_a_tree_too_deep_to_walk_is_a_parse_reject_not_a_crash(monkeypatch):
+    def too_deep(tree):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(contract, "structure", too_deep)
+    err = rejected(static_checks, GAME, True)
+    assert (err.check, err.msg) == ("parse", "the source nests too deeply to check "
+                                    "(RecursionError); write long expressions as loops or data")
 
 
 @pytest.mark.parametrize("source", ["x = 1\n", GAME + GAME.replace("TinyEnv", "OtherEnv")])
@@ -564,6 +602,8 @@ def test_every_item_of_a_restated_base_is_checked_after_harmless_ones(first):
 def test_a_restated_base_may_set_any_attribute_of_the_base_to_a_constant():
     out, dropped = contract.drop_restated_base("class ToolUseBaseEnv:\n    setup = None\n" + DESK)
     assert dropped is True
+    every = " = ".join(sorted(vars(contract.tool_base.ToolUseBaseEnv)))  # all in one assignment
+    assert contract.drop_restated_base(f"class ToolUseBaseEnv:\n    {every} = 0\n" + DESK)[1]
 
 
 def test_the_restated_base_rejects_are_structure_rejects_with_their_reason():
@@ -666,3 +706,628 @@ def test_an_ordinary_boxed_literal_is_mended_and_nothing_else_is():
     assert mended.endswith("# \\boxed in a comment\n")
     unclosed = 'x = """never closed \\boxed\n'
     assert contract.repair_boxed_escapes(unclosed) == (unclosed, 0)
+
+
+# -- the runtime checks on an env played in-process -----------------------------------------------
+# GuessEnv (tests/sandbox/env_worker.py) wins with the seed's digit in a box; each test breaks
+# one thing about it and asks the check that must notice.
+
+def on(env, domain="game", bound=contract.REWARD_BOUND):
+    return Probe(EnvWorker(env, domain), bound)
+
+
+def facts(max_turns=3, domain="game", oracle=True):
+    return EnvFacts("GuessEnv", domain, max_turns, oracle=oracle)
+
+
+def solved(seeds, env_class=GuessEnv):
+    """What the solution worker records for each seed, from an env of its own."""
+    env = env_class()
+    return {seed: contract.Solved(list(env.reset(seed)), env.solution()) for seed in seeds}
+
+
+class OpenEndedEnv(GuessEnv):
+    """A right guess pays but leaves the episode open, and every later step tells how many
+    episodes this instance has played: two replays differ only after the solution."""
+
+    episodes = 0
+
+    def reset(self, seed=None):
+        self.episodes += 1
+        return super().reset(seed)
+
+    def step(self, action):
+        obs, reward, _, truncated, info = super().step(action)
+        return (obs if self.turns == 1 else f"episode {self.episodes}"), reward, False, \
+            truncated, info
+
+
+def test_the_determinism_replay_plays_one_step_past_the_solution():
+    """An env that differs only after the solution is caught, by the probe step."""
+    p = on(OpenEndedEnv())
+    err = rejected(contract.check_determinism, p, 3, solved([3])[3], facts())
+    assert (err.check, err.msg) == ("determinism",
+                                    "same seed and actions gave different results at step 2")
+    assert p.worker.played("reset") == [3, 3]
+    assert p.worker.played("step") == ["\\boxed{3}", contract.PROBE_ACTION] * 2
+
+
+def test_the_determinism_replay_stops_where_the_episode_ends():
+    p = on(GuessEnv())
+    contract.check_determinism(p, 4, solved([4])[4], facts())
+    assert p.worker.played("step") == ["\\boxed{4}", "\\boxed{4}"]  # terminated: no probe step
+    truncating = type("TruncatingEnv", (GuessEnv,), {"max_turns": 1})
+    p = on(truncating())
+    contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}], ["\\boxed{9}"]),
+                               facts())
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{9}"]  # truncated: no probe step
+    p = on(GuessEnv())
+    contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}],
+                                                     ["\\boxed{9}", "\\boxed{4}"]), facts())
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{4}"] * 2  # ended at its second
+    p = on(type("TwoTurnEnv", (GuessEnv,), {"max_turns": 2})())
+    contract.check_determinism(p, 4, contract.Solved(["Guess my digit (4).", {}],
+                                                     ["\\boxed{9}", "\\boxed{8}"]), facts())
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{8}"] * 2  # truncated at its second
+
+
+class CountingResetEnv(GuessEnv):
+    """Its first observation counts the episodes this instance has played."""
+
+    episodes = 0
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.episodes += 1
+        return f"episode {self.episodes}", {}
+
+
+def test_a_first_observation_unlike_the_solution_workers_is_not_deterministic():
+    err = rejected(contract.check_determinism, on(GuessEnv()), 3,
+                   contract.Solved(["Guess my digit (4).", {}], ["\\boxed{3}"]), facts())
+    assert (err.check, err.msg) == ("determinism", "reset(seed=3) gave different results in two "
+                                                   "workers")
+    err = rejected(contract.check_determinism, on(GuessEnv()), 3,
+                   contract.Solved(["other", {}], ["\\boxed{3}"]), facts(), "it draws globally")
+    assert err.msg == "reset(seed=3) gave different results in two workers: it draws globally"
+
+
+def test_a_reset_that_differs_on_the_second_replay_is_named_as_the_reset():
+    first = contract.Solved(["episode 1", {}], ["\\boxed{3}"])
+    err = rejected(contract.check_determinism, on(CountingResetEnv()), 3, first, facts())
+    assert err.msg == "same seed and actions gave different results at reset(seed=3)"
+    err = rejected(contract.check_determinism, on(OpenEndedEnv()), 3, solved([3])[3], facts(),
+                   "why")
+    assert err.msg == "same seed and actions gave different results at step 2: why"
+
+
+class EndlessEnv(GuessEnv):
+    """Never ends an episode: a wrong guess is "no" forever."""
+
+    def step(self, action):
+        self.turns += 1
+        return "no", 0.0, False, False, {}
+
+
+def test_an_env_that_raises_during_the_replay_is_a_determinism_reject():
+    class RaisesPastTheSolution(OpenEndedEnv):
+        def step(self, action):
+            if action == contract.PROBE_ACTION:
+                raise IndexError("no more turns")
+            return super().step(action)
+
+    err = rejected(contract.check_determinism, on(RaisesPastTheSolution()), 3, solved([3])[3],
+                   facts())
+    assert (err.check, err.msg) == ("determinism", "step raised IndexError: no more turns")
+
+
+def test_an_env_without_solution_replays_generic_actions_for_its_turns_and_the_probe_step():
+    p = on(EndlessEnv())
+    contract.check_determinism(p, 7, contract.Solved(["Guess my digit (7).", {}], None),
+                               facts(max_turns=2, oracle=False))
+    once = ["\\boxed{}", "\\boxed{0}", contract.PROBE_ACTION]
+    assert p.worker.played("step") == once * 2
+
+
+def test_generic_actions_cycle_through_the_list_for_any_number_of_turns():
+    n = len(contract.GENERIC_ACTIONS)
+    assert contract.generic_actions(n + 2) == [*contract.GENERIC_ACTIONS,
+                                               *contract.GENERIC_ACTIONS[:2]]
+    assert contract.generic_actions(1) == ["\\boxed{}"]
+
+
+class ZeroPayEnv(GuessEnv):
+    """The right guess ends the episode, paying 0."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, 0.0, terminated, truncated, info
+
+
+def test_a_terminal_reward_of_0_is_not_a_win_for_the_oracle():
+    err = rejected(contract.check_oracle, on(ZeroPayEnv()), facts(), solved([3]))
+    assert (err.check, err.msg) == ("oracle", "replaying solution() for seed 3 did not win "
+                                              "(terminated=True, reward=0.0)")
+    assert contract.won((True, 0.0)) is False and contract.won((True, 0.5)) is True
+    assert contract.won((False, 1.0)) is False
+
+
+def test_a_solution_that_pays_but_leaves_the_episode_open_is_not_a_win():
+    err = rejected(contract.check_oracle, on(OpenEndedEnv()), facts(), solved([3]))
+    assert err.msg == "replaying solution() for seed 3 did not win (terminated=False, reward=1.0)"
+
+
+def test_the_oracle_replays_every_seeds_solution_and_names_the_one_that_loses():
+    class LosesOnFive(GuessEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, (-1.0 if self.answer == 5 else reward), terminated, truncated, info
+
+    p = on(LosesOnFive())
+    contract.check_oracle(on(GuessEnv()), facts(), solved([3, 4]))
+    err = rejected(contract.check_oracle, p, facts(), solved([3, 5, 4]))
+    assert err.msg == "replaying solution() for seed 5 did not win (terminated=True, reward=-1.0)"
+    assert p.worker.played("reset") == [3, 5] and p.check == "oracle"
+
+
+def test_a_solution_of_max_turns_actions_is_played_and_one_more_is_refused():
+    class LastTurnEnv(GuessEnv):  # the answer counts only on the last of its three turns
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated and self.turns == 3, truncated, info
+
+    p = on(LastTurnEnv())
+    contract.check_oracle(p, facts(), {3: contract.Solved(["x", {}], ["\\boxed{3}"] * 3)})
+    assert len(p.worker.played("step")) == 3
+    err = rejected(contract.check_oracle, on(LastTurnEnv()), facts(),
+                   {3: contract.Solved(["x", {}], ["\\boxed{3}"] * 4)})
+    assert (err.check, err.msg) == ("oracle", "solution for seed 3 has 4 actions, more than "
+                                              "max_turns=3")
+
+
+def test_a_lost_oracle_says_the_env_draws_from_the_global_random_module():
+    err = rejected(contract.check_oracle, on(ZeroPayEnv()), facts(), solved([3]), "global draws")
+    assert err.msg.endswith("(terminated=True, reward=0.0): global draws")
+
+
+class DeskEnv(GuessEnv):
+    """A tool-use env as the worker plays it: done after the seed's digit as the answer pays
+    `pay` when every criterion holds; the criteria are `status` once a step was taken, and
+    none holds at reset."""
+
+    max_turns = 3
+    status = [True, True]
+    pay = 1.0
+
+    def reset(self, seed=None):
+        self.answered = False
+        return super().reset(seed)
+
+    def criteria(self):
+        return self.status if self.turns else [False] * len(self.status)
+
+    def step(self, action):
+        self.turns += 1
+        self.answered |= action == f"<answer>{self.answer}</answer>"
+        if action.lower().replace(" ", "") == "<answer>done</answer>":
+            paid = self.answered and all(v is True for v in self.status)
+            return "done", self.pay * paid, True, False, {}
+        return "ok", 0.0, False, False, {}
+
+    def solution(self):
+        return [f"<answer>{self.answer}</answer>", "<answer>done</answer>"]
+
+    def tools(self):
+        return [{"name": "look"}]
+
+
+def desk(**attributes):
+    return on(type("Desk", (DeskEnv,), attributes)(), "tool_use")
+
+
+@pytest.mark.parametrize("status,actions,why", [
+    ([True, "ValueError: x"], ["<answer>done</answer>"],
+     "criterion 2 raises after the solution's actions (ValueError: x); a criterion that raises "
+     "counts as not met, so its request never completes: make it return False instead"),
+    ([True, True, False], ["<answer>3</answer>"],
+     "solution() never answers <answer>done</answer> (2 of 3 criteria hold after its actions); a "
+     "tool-use episode ends only with it: make it solution()'s last action"),
+    ([True, False], ["<ANSWER> Done </answer>"], "1 of 2 criteria hold after its actions"),
+    ([False, False, True], ["<answer>done</answer>"], "1 of 3 criteria hold after its actions"),
+])
+def test_a_lost_tool_use_oracle_says_which_criteria_do_not_hold(status, actions, why):
+    err = rejected(contract.check_oracle, desk(status=status), facts(domain="tool_use"),
+                   {3: contract.Solved(["x", {}], actions)})
+    ended = actions != ["<answer>3</answer>"]
+    assert err.msg == ("replaying solution() for seed 3 did not win "
+                       f"(terminated={ended}, reward=0.0): {why}")
+
+
+@pytest.mark.parametrize("status", [[True, True], [], "not a list"])
+def test_a_tool_use_oracle_that_cannot_tell_why_says_only_that_it_lost(status):
+    err = rejected(contract.check_oracle, desk(status=status, pay=0.0), facts(domain="tool_use"),
+                   {3: contract.Solved(["x", {}], ["<answer>3</answer>", "<answer>done</answer>"])})
+    assert err.msg == "replaying solution() for seed 3 did not win (terminated=True, reward=0.0)"
+
+
+def test_the_oracle_reads_no_criteria_of_a_game_or_a_reference_tool_use_env():
+    p = desk(status=[False])
+    lost = {3: contract.Solved(["x", {}], ["<answer>done</answer>"])}
+    assert rejected(contract.check_oracle, p, facts(domain="tool_use"), lost,
+                    None, False).msg.endswith("(terminated=True, reward=0.0)")
+    p = on(type("Desk", (DeskEnv,), {"status": [False]})())  # a game that has criteria()
+    assert rejected(contract.check_oracle, p, facts(), lost).msg.endswith("reward=0.0)")
+    assert "criteria" not in [op for op, _ in p.worker.calls]
+
+
+def test_criteria_that_cannot_be_read_after_a_lost_replay_leave_only_the_loss():
+    def broken(self):
+        raise TypeError("setup() must set self.criteria to a list of functions")
+
+    err = rejected(contract.check_oracle, desk(status=[False], criteria=broken),
+                   facts(domain="tool_use"),
+                   {3: contract.Solved(["x", {}], ["<answer>done</answer>"])})
+    assert err.msg == ("replaying solution() for seed 3 did not win (terminated=True, reward=0.0)")
+
+
+def test_play_ends_at_termination_or_truncation_and_gives_the_last_reward():
+    p = on(GuessEnv())
+    assert contract.play(p, 3, contract.replay(["\\boxed{9}", "\\boxed{3}"]), 2) == (True, 1.0)
+    assert contract.play(p, 3, lambda turn: "\\boxed{9}", 10) == (False, 0.0)
+    assert p.worker.played("step") == ["\\boxed{9}", "\\boxed{3}"] + ["\\boxed{9}"] * 3
+    assert p.worker.played("reset") == [3, 3]
+
+
+class EndsEveryStepEnv(GuessEnv):
+    """Every step ends the episode (ended by termination, or truncation when `truncate`); a
+    step after the end raises, as a finished env may."""
+
+    truncate = False
+
+    def reset(self, seed=None):
+        self.over = False
+        return super().reset(seed)
+
+    def step(self, action):
+        if self.over:
+            raise RuntimeError("stepped after the end")
+        self.over = True
+        return "over", 0.0, not self.truncate, self.truncate, {}
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_garbage_starts_a_new_episode_whenever_one_ends(truncate):
+    env = EndsEveryStepEnv()
+    env.truncate = truncate
+    p = on(env)
+    contract.check_garbage(p, 6)
+    assert p.worker.played("step") == list(contract.GARBAGE_ACTIONS)
+    assert p.worker.played("reset") == [6] * (1 + len(contract.GARBAGE_ACTIONS))
+
+
+def test_garbage_is_played_in_one_episode_while_it_lasts():
+    p = on(EndlessEnv())
+    contract.check_garbage(p, 6)
+    assert p.worker.played("reset") == [6]
+    assert p.worker.played("step") == list(contract.GARBAGE_ACTIONS)
+
+
+def test_garbage_that_breaks_the_step_contract_or_raises_is_rejected_naming_the_action():
+    class PaysTwoForEmpty(EndlessEnv):
+        def step(self, action):
+            return "no", (2.0 if action == "hello" else 0.0), False, False, {}
+
+    err = rejected(contract.check_garbage, on(PaysTwoForEmpty()), 6)
+    assert (err.check, err.msg) == ("step_types", "step('hello') reward 2.0 is outside [-1, 1]")
+    contract.check_garbage(on(PaysTwoForEmpty(), bound=10.0), 6)
+
+    class RaisesOnLongText(EndlessEnv):
+        def step(self, action):
+            if len(action) > 1000:
+                raise ValueError("too long")
+            return super().step(action)
+
+    err = rejected(contract.check_garbage, on(RaisesOnLongText()), 6)
+    assert (err.check, err.msg) == ("garbage", "step raised ValueError: too long")
+
+
+def test_every_seed_is_reset_and_a_reset_that_raises_names_the_check():
+    class HatesFive(GuessEnv):
+        def reset(self, seed=None):
+            if seed == 5:
+                raise ValueError("five")
+            return super().reset(seed)
+
+    p = on(HatesFive())
+    contract.check_reset(p, [3, 4])
+    assert p.worker.played("reset") == [3, 4]
+    err = rejected(contract.check_reset, on(HatesFive()), [3, 5])
+    assert (err.check, err.msg) == ("reset", "reset raised ValueError: five")
+
+
+# -- trivial: doing nothing, generic actions, memorised answers ------------------------------------
+
+SEEDS = [2, 3, 5, 6, 7]  # digits the generic actions (\boxed{}, \boxed{0}, \boxed{1}) never guess
+
+
+def wins_also(action, seeds=None):
+    """GuessEnv where `action` wins too (on `seeds` only, when given)."""
+
+    class Env(GuessEnv):
+        def step(self, sent):
+            if sent == action and (seeds is None or self.answer in seeds):
+                self.turns += 1
+                return "yes", 1.0, True, False, {}
+            return super().step(sent)
+
+    return Env()
+
+
+def trivial(env, seeds=SEEDS, max_turns=3, domain="game", oracle=True, episodes=None):
+    episodes = episodes or solved(seeds)
+    if not oracle:
+        episodes = {seed: contract.Solved(e.first, None) for seed, e in episodes.items()}
+    contract.check_trivial(on(env, domain), facts(max_turns, domain, oracle), episodes)
+
+
+def test_a_game_whose_answers_differ_by_seed_is_not_trivial():
+    trivial(GuessEnv())
+
+
+@pytest.mark.parametrize("seed", [2, 3, 5])
+def test_doing_nothing_must_not_win_on_any_of_the_first_three_seeds(seed):
+    err = rejected(trivial, wins_also("\\boxed{}", {seed}))
+    assert (err.check, err.msg) == ("trivial", f"doing nothing ('\\\\boxed{{}}' every turn) wins "
+                                               f"(seed {seed})")
+
+
+def test_an_env_that_raises_during_blind_play_is_a_trivial_reject():
+    class HatesEmptyBoxes(GuessEnv):
+        def step(self, action):
+            if action == "\\boxed{}":
+                raise ValueError("empty")
+            return super().step(action)
+
+    err = rejected(trivial, HatesEmptyBoxes())
+    assert (err.check, err.msg) == ("trivial", "step raised ValueError: empty")
+
+
+def test_doing_nothing_is_not_played_past_the_third_seed():
+    trivial(wins_also("\\boxed{}", {6}))  # the generic actions win it once: luck
+
+
+def test_doing_nothing_in_a_tool_use_env_is_answering_done():
+    env = wins_also("<answer>done</answer>")
+    err = rejected(trivial, env, domain="tool_use")
+    assert err.msg == "doing nothing ('<answer>done</answer>' every turn) wins (seed 2)"
+
+
+def test_generic_actions_fail_an_env_when_they_win_most_episodes_within_its_turns():
+    err = rejected(trivial, wins_also("\\boxed{1}"))  # the third generic action
+    assert (err.check, err.msg) == ("trivial", "cycling generic actions wins 3 of 3 episodes")
+    trivial(wins_also("\\boxed{1}"), max_turns=2)  # never reached in two turns
+    trivial(wins_also("\\boxed{1}", {2, 3}))  # two of five: luck
+
+
+def test_the_same_episode_on_every_seed_is_trivial_for_an_env_with_a_solution():
+    same = {seed: contract.Solved(["Guess.", {}], ["\\boxed{4}"]) for seed in SEEDS[:3]}
+    err = rejected(trivial, GuessEnv(), SEEDS[:3], episodes=same)
+    assert (err.check, err.msg) == ("trivial", "all 3 seeds give the same episode (does reset "
+                                    "ignore its seed?): one memorised action list wins every one")
+    trivial(GuessEnv(), SEEDS[:3], oracle=False, episodes=same)  # no answers to tell them apart
+
+
+def test_the_same_solution_on_more_seeds_than_were_drawn_is_trivial_whatever_they_show():
+    seeds = [4, 14, 24, 34, 44, 54]  # answer 4 each, with its own observation
+    err = rejected(trivial, GuessEnv(), seeds)
+    assert (err.check, err.msg) == ("trivial", "all 6 seeds have the same solution (does the "
+                                    "answer ignore the seed?): one memorised action list wins "
+                                    "every one")
+    trivial(GuessEnv(), seeds[:contract.VALIDATION_SEEDS])  # no spare drawn: they may agree
+    trivial(GuessEnv(), seeds, oracle=False)
+
+
+class WithinOneEnv(GuessEnv):
+    """Any digit within one of the answer wins."""
+
+    def step(self, action):
+        self.turns += 1
+        near = {f"\\boxed{{{self.answer + d}}}" for d in (-1, 0, 1)}
+        return ("yes", 1.0, True, False, {}) if action in near else \
+            ("no", 0.0, False, self.turns >= self.max_turns, {})
+
+
+def test_another_seeds_solution_winning_most_episodes_is_trivial():
+    err = rejected(trivial, WithinOneEnv(), [4, 5, 6, 7, 9])
+    assert (err.check, err.msg) == ("trivial", "replaying another seed's solution wins 3 of 3 "
+                                               "episodes")
+    trivial(WithinOneEnv(), [4, 6, 8, 2, 9])  # only 9 takes 8's: luck
+
+
+def test_a_neighbour_with_the_same_answer_is_not_replayed_as_another_seeds_solution():
+    trivial(GuessEnv(), [2, 12, 22, 32, 3])  # four seeds hide 2: a replay of 2 there is no guess
+
+
+# -- solve: solution() in a worker of its own ----------------------------------------------------
+
+@pytest.fixture
+def jail(monkeypatch):
+    """`jail(make_env, domain)`: contract's workers play fresh envs from make_env in-process."""
+
+    def install(make_env=GuessEnv, domain="game"):
+        made = Jail(make_env, domain)
+        monkeypatch.setattr(contract, "Worker", made)
+        return made
+
+    return install
+
+
+OURS = contract.EnvClass("GuessEnv", reference=False, solution=True)
+
+
+def test_solve_records_each_seeds_first_observation_and_solution(jail):
+    made = jail()
+    got = contract.solve(None, "src", Seeds([3, 4]), OURS)
+    assert got == {3: contract.Solved(["Guess my digit (3).", {}], ["\\boxed{3}"]),
+                   4: contract.Solved(["Guess my digit (4).", {}], ["\\boxed{4}"])}
+    assert [op for op, _ in made.workers[0].calls] == ["load", "reset", "solution", "reset",
+                                                       "solution"]
+
+
+def test_solve_draws_spare_seeds_only_while_every_solution_agrees(jail):
+    jail()
+    seeds = Seeds([3, 13], [23, 4, 5])
+    assert list(contract.solve(None, "src", seeds, OURS)) == [3, 13, 23, 4]
+    assert (seeds.used, seeds.spare) == ([3, 13, 23, 4], [5])
+    seeds = Seeds([3, 4], [5])
+    contract.solve(None, "src", seeds, OURS)
+    assert (seeds.used, seeds.spare) == ([3, 4], [5])
+
+
+def test_an_env_without_solution_is_only_reset_and_draws_no_spare(jail):
+    made = jail()
+    seeds = Seeds([3, 13], [23])
+    got = contract.solve(None, "src", seeds, contract.EnvClass("GuessEnv", True, False))
+    assert got == {3: contract.Solved(["Guess my digit (3).", {}], None),
+                   13: contract.Solved(["Guess my digit (13).", {}], None)}
+    assert "solution" not in [op for op, _ in made.workers[0].calls] and seeds.spare == [23]
+
+
+def test_solve_blames_a_failing_reset_on_reset_and_a_failing_solution_on_the_oracle(jail):
+    class NoSolution(GuessEnv):
+        def solution(self):
+            raise KeyError("answer")
+
+    jail(NoSolution)
+    err = rejected(contract.solve, None, "src", Seeds([3, 4]), OURS)
+    assert (err.check, err.msg) == ("oracle", "solution raised KeyError: 'answer'")
+    jail(type("NoReset", (GuessEnv,), {"reset": NoSolution.solution}))
+    assert rejected(contract.solve, None, "src", Seeds([3, 4]), OURS).check == "reset"
+
+
+def test_a_solution_that_is_no_action_list_names_its_seed(jail):
+    jail(type("Empty", (GuessEnv,), {"solution": lambda self: []}))
+    err = rejected(contract.solve, None, "src", Seeds([3, 4]), OURS)
+    assert (err.check, err.msg) == ("oracle", "solution() for seed 3 must return a non-empty list "
+                                              "of action strings, got list of length 0")
+
+
+def test_solution_actions_are_what_a_reply_sends(jail):
+    class Chatty(GuessEnv):
+        def solution(self):
+            return [f"I say \\boxed{{{self.answer}}} now"]
+
+    jail(Chatty)
+    assert contract.solve(None, "src", Seeds([3, 4]), OURS)[3].actions == ["\\boxed{3}"]
+    jail(Chatty, "tool_use")
+    assert contract.solve(None, "src", Seeds([3, 4]), OURS)[3].actions == ["I say \\boxed{3} now"]
+
+
+def test_a_solution_action_no_reply_can_carry_fails_the_oracle(jail):
+    jail(type("Escaped", (GuessEnv,), {"solution": lambda self: ["\\boxed{1}", "\x08oxed{3}"]}))
+    err = rejected(contract.solve, None, "src", Seeds([3, 4]), OURS)
+    assert err.check == "oracle"
+    assert err.msg.startswith('solution() action 2 for seed 3 holds a backspace ("\\b")')
+
+
+# -- every runtime check, in order ---------------------------------------------------------------
+
+def test_a_valid_game_passes_every_runtime_check_in_the_documented_order(jail):
+    made = jail()
+    got = contract.runtime_checks(None, GAME, [3, 4, 3])
+    assert got == EnvFacts("GuessEnv", "game", 3, [], True)
+    solver, player = made.workers
+    assert solver.played("reset") == [3, 4]
+    # reset every seed, determinism on the first twice, then garbage on the second
+    assert player.played("reset")[:5] == [3, 4, 3, 3, 4]
+
+
+def test_both_workers_load_the_source_in_the_validations_sandbox(jail):
+    made = jail()
+    sandbox = Sandbox(limits=Limits(lifetime=60))
+    contract.runtime_checks(sandbox, GAME, [3, 4])
+    assert made.sandboxes == [sandbox, sandbox]
+    assert all(worker.calls[0] == ("load", {"source": GAME}) for worker in made.workers)
+
+
+def test_spare_seeds_drawn_while_the_solutions_agreed_are_reset_and_recorded(jail):
+    made = jail()
+    seeds = Seeds([3, 13], [23, 4, 5])
+    contract.runtime_checks(None, GAME, seeds)
+    assert seeds.used == [3, 13, 23, 4]
+    assert made.workers[1].played("reset")[:6] == [3, 13, 23, 4, 3, 3]
+
+
+def test_the_runtime_checks_need_two_distinct_seeds(jail):
+    jail()
+    with pytest.raises(ValueError, match="^runtime checks need at least two distinct seeds$"):
+        contract.runtime_checks(None, GAME, [3, 3])
+
+
+def test_the_oracle_runs_only_for_an_env_with_a_solution(jail):
+    jail(ZeroPayEnv)
+    assert rejected(contract.runtime_checks, None, GAME, [3, 4]).check == "oracle"
+    reference = GAME.replace("class TinyEnv:\n", "class TinyEnv:\n    def __init__(self, "
+                             "max_turns=10, **kwargs):\n        pass\n\n")
+    without = reference.replace("def solution(", "def _solution(")
+    assert contract.runtime_checks(None, without, [3, 4]).oracle is False
+
+
+def test_a_lost_oracle_names_the_global_random_draw_the_source_makes(jail):
+    jail(ZeroPayEnv)
+    source = "import random\n" + GAME.replace('        return "hi", {}',
+                                              '        self.x = random.random()\n'
+                                              '        return "hi", {}')
+    err = rejected(contract.runtime_checks, None, source, [3, 4])
+    assert err.msg.endswith("(terminated=True, reward=0.0): reset() draws from the global random "
+                            "module (line 4: random.random), not self.rng or random.Random(seed):"
+                            " the same seed gives each worker another episode, so solution(), "
+                            "computed in another worker, does not fit it; draw from self.rng")
+
+
+def test_a_replay_that_differs_names_the_global_random_draw_the_source_makes(jail):
+    jail(CountingResetEnv)
+    err = rejected(contract.runtime_checks, None, "import random\n" + GAME.replace(
+        '        return "hi", {}', '        self.x = random.random()\n        return "hi", {}'),
+        [3, 4])
+    assert err.msg.startswith("reset(seed=3) gave different results in two workers: reset() "
+                              "draws from the global random module (line 4: random.random)")
+
+
+def test_a_reference_game_may_pay_up_to_ten_and_ours_up_to_one(jail):
+    class PaysFive(GuessEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, 5.0 * reward, terminated, truncated, info
+
+    jail(PaysFive)
+    err = rejected(contract.runtime_checks, None, GAME, [3, 4])
+    assert (err.check, err.msg) == ("step_types", "step('\\\\boxed{3}') reward 5.0 is outside "
+                                                  "[-1, 1]")
+    reference = GAME.replace("class TinyEnv:\n", "class TinyEnv:\n    def __init__(self, "
+                             "max_turns=10, **kwargs):\n        pass\n\n")
+    assert contract.runtime_checks(None, reference, [3, 4]).max_turns == 3
+
+
+TOOL_USE = ("class DeskEnv(ToolUseBaseEnv):\n    def setup(self):\n        pass\n"
+            "    def solution(self):\n        return []\n")
+
+
+def test_a_tool_use_env_passes_the_reset_gate_and_records_its_tools(jail):
+    made = jail(DeskEnv, "tool_use")
+    got = contract.runtime_checks(None, TOOL_USE, [3, 4])
+    assert got == EnvFacts("DeskEnv", "tool_use", 3, [{"name": "look"}], True)
+    assert made.workers[1].calls[-2:] == [("reset", {"seed": 3}), ("tools", {})]
+    jail(type("Desk", (DeskEnv,), {"criteria": lambda self: [True]}), "tool_use")
+    err = rejected(contract.runtime_checks, None, TOOL_USE, [3, 4])
+    assert (err.check, err.msg) == ("reset_gate", "criterion 1 already holds at reset (seed 3)")
+
+
+def test_a_lost_tool_use_oracle_reads_the_criteria_of_our_api_only(jail):
+    jail(type("Desk", (DeskEnv,), {"status": [True, False]}), "tool_use")
+    err = rejected(contract.runtime_checks, None, TOOL_USE, [3, 4])
+    assert err.msg.endswith("did not win (terminated=True, reward=0.0): 1 of 2 criteria hold "
+                            "after its actions")
+    reference = TOOL_USE.replace("def setup(self):", "def reset(self, seed=None):")
+    err = rejected(contract.runtime_checks, None, reference, [3, 4])
+    assert err.msg == "replaying solution() for seed 3 did not win (terminated=True, reward=0.0)"
