@@ -10,8 +10,13 @@ through jailed `Worker`s; `solution()` runs in a worker of its own, never in the
 check it (rollouts never call it, so nothing it does may help a play); a timeout, memory or
 output outcome anywhere is reported by the `resources` check, whatever check was running, and
 an attempt at what the jail refuses (a signal to another process, a new process, a socket other
-than AF_UNIX, ctypes: sandbox/worker.py `refusals`) by the `policy` check, naming it, whether
-or not the attempt could have done anything.
+than AF_UNIX, ctypes) or at reaching into the worker (gc's object lists, trace functions:
+sandbox/worker.py `refusal_hook`) by the `policy` check, naming it, whether or not the attempt
+could have done anything, and a class the worker finds is not what its class statement built
+(sandbox/env_class.py `Guard`) by the `structure` check. `structure` reads the same rules
+statically: one env class, plain class statements of the module all the way to
+ToolUseBaseEnv or object, none of the hooks that let the class played differ from the class
+checked (sandbox/env_class.py `shape_problem`).
 
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
 resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.

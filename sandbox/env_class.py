@@ -5,10 +5,33 @@ the namespace it ran in and the base class the worker injected.
 Out: `env_class(tree)`, the one rule both the static checks (sandbox/contract.py `structure`)
 and the worker (sandbox/worker.py `load`) use to pick the env class: exactly one top-level
 `class` statement whose name ends in `Env` (`ToolUseBaseEnv` aside); none, or more than one, is
-`EnvClassError`. `import_time_patch(tree, name)`: the first statement that, when the module is
-imported, changes a class or rebinds the env class's name, as "what (line N)", or None.
+`EnvClassError`. `ancestry(tree, node)`: the env class's statement and those of the module
+classes it inherits from; `class_bindings(node)`: the names a class body binds.
+`shape_problem(tree, node)` and `import_time_patch(tree, name)`: the first way the module's
+classes could make the class played differ from the class checked, as "what (line N)", or None.
 `Guard`: run in the worker, the proof that what it plays is that class statement's class,
-unchanged (`Guard.check` after load and after every request).
+shaped by the same rules and unchanged (`Guard.check` after load and after every request).
+Guarantees: one class, checked once, played always. The rules cover kinds, not known tricks:
+
+  the shape (`shape_problem`, static; held again by `Guard` on what the module built): the env
+  class and every class it inherits from are plain class statements of the module (bases are
+  such classes, ToolUseBaseEnv or object: no imported class, none made by `type(...)`; no
+  metaclass, no class keywords) and define none of CLASS_HOOKS (attribute lookup, construction,
+  class-building hooks, slots, `__dict__`, `__class__`); no class of the module defines
+  `__set_name__` (a descriptor handed the class being built); no code assigns, sets or deletes
+  an object's `__class__` or `__dict__` (attribute targets, and setattr/delattr/`__setattr__`/
+  `__delattr__` with those names as literals). Descriptors otherwise stay allowed: a property
+  or a stdlib descriptor for an ordinary name is data to the checks, and none can stand in for
+  a method the worker calls (next rule).
+  the methods called (`Guard`, in the worker, after the module ran): every method the worker or
+  the base class calls (`CALLED`, `tool_<name>`, the base's own) resolves through the MRO to
+  the base's own, unchanged, or to the function its module class statement compiled under that
+  very name, run in the module's namespace; with `sealed` names (our tool-use API's internals)
+  no module class of a tool-use env holds one at all.
+  the instance (`Guard.check(env)`, after every request): its type is still the env class (a
+  computed `__class__` assignment, a constructor that built another class) and no attribute
+  of its own hides a method of its class.
+  nothing changed (`import_time_patch`, static; `Guard.check`, after every request): below.
 
 What `import_time_patch` reads (static, never runs the code): module-level statements, class
 bodies (they run at import), decorators and default values, and the bodies of module-level
@@ -26,7 +49,10 @@ injected base class and its module's globals: a method whose code is not one its
 statement compiled, a name bound again, a base swapped, a method added, replaced or removed,
 a function's code or defaults reassigned. It does not see a class attribute that is not a
 function given another value through a computed path, or a stdlib module patched (`re`, `json`,
-`random`): the jail bounds those, and the runtime checks play the env the worker plays.
+`random`): the jail bounds those, and the runtime checks play the env the worker plays. Nor can
+it hold against an env that rewrites the worker itself (its classes, reached through
+sys.modules or `object.__subclasses__()`, including this file's private copy): the worker is
+not a security boundary, the jail is.
 
 Stdlib only and self-contained: the worker runs a private copy of this file in the jail, taken
 before any env code runs (the builtins it uses are bound here, so an env that patches builtins
@@ -423,12 +449,14 @@ def _same(first, second):
 class Guard:
     """The worker's proof that the env class it plays is the one its class statement built.
 
-    `Guard(tree, code, namespace, base)` is made before the module runs (`base` is the class the
-    worker injects as ToolUseBaseEnv); `loaded()` after, returning the env class or raising
-    EnvClassError (no env class, several, or one that is not its statement's); `check(env)`
-    after every request, raising EnvClassError when a class it guards changed since, or when
-    the env instance hides a method of its class behind an attribute of its own
-    (`self.step = ...` in setup or reset)."""
+    `Guard(tree, code, namespace, base, sealed)` is made before the module runs (`base` is the
+    class the worker injects as ToolUseBaseEnv; `sealed`, the base's names no module class of a
+    tool-use env may hold: our API's internals, none for the reference's); `loaded()` after,
+    returning the env class or raising EnvClassError (no env class, several, one that is not
+    its statement's or breaks the shape rules, or a called method that is not its def's);
+    `check(env)` after every request, raising EnvClassError when a class it guards changed
+    since, when the env is no longer an instance of the env class, or when it hides a method
+    of its class behind an attribute of its own (`self.step = ...` in setup or reset)."""
 
     def __init__(self, tree, code, namespace, base, sealed=frozenset()):
         try:  # reported after the module runs, so its own errors come first, as they always did

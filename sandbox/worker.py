@@ -13,28 +13,42 @@ a non-finite float becomes {"__float__": "nan"}, any other object {"__object__":
 otherwise the type's name. An env error's msg ends with where in the env it happened:
 `division by zero (env.py:42: return 1/0)`.
 The env class is the one the static checks read (sandbox/env_class.py: exactly one top-level
-`*Env` class statement), and it is played only while it is what that statement built: its
-functions that statement's code, its bases the ones named, the injected base class and its
-module unchanged (`Guard`, checked after the module runs and after every request; a change
-is an `EnvClassError` for that request and every later one).
-What the jail refuses, the worker also names: an audit hook (`refusals`, installed before any
-env code runs) stops and records the first attempt to signal another process or process group,
-to create a process (fork, spawn, exec, system, subprocess), to open a socket other than AF_UNIX,
-to reach C functions through ctypes (how unshare, setns, mount or ptrace would be called on this
-Python) or, on a Python that has them, os.unshare and os.setns. From then on every request
-answers `RefusedOperation` naming it, so validation rejects the env (check `policy`) whether or
-not the jail would have let the attempt do anything. What it misses: attempts that raise no
-audit event (a C extension's own calls, `_posixsubprocess.fork_exec` called directly), and an
-env that finds the hook's record through gc and empties it before it is read; the jail still
-refuses those calls (seccomp, namespaces), it only does not name them.
-Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json or os), the
-replies are written by functions and descriptors this worker took before any env code ran; the
-env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
+`*Env` class statement), and it is played only while it is what that statement built: plain
+classes of the module shaped by the static rules, the methods the worker and the base call
+the defs of those names, its bases the ones named, the injected base class and its module
+unchanged, the env an instance of that class (`Guard`, checked after the module runs and after
+every request; a change is an `EnvClassError` for that request and every later one, which
+validation reports as `structure`).
+What the jail refuses, the worker also names: an audit hook (`refusal_hook`, installed before
+any env code runs) stops and records the first attempt to signal another process or process
+group, to create a process (fork, spawn, exec, system, subprocess), to open a socket other than
+AF_UNIX, to reach C functions through ctypes (how unshare, setns, mount or ptrace would be
+called on this Python) or, on a Python that has them, os.unshare and os.setns; and what would
+reach the worker's own state from inside (gc's object lists, trace and profile functions,
+other threads' frames). From then on every request answers `RefusedOperation` naming it, so
+validation rejects the env (check `policy`) whether or not the jail would have let the attempt
+do anything. The record cannot be cleared or switched off from env code: the hook reads no
+global (its builtins are bound in its closure, its event names are constants of its code),
+keeps the record in a list only its closure holds, never calls env code (it reads exact builtin
+types only), and is reachable only through what it refuses; the request loop (`serve`) asks it
+after every request with the audit event REFUSALS_QUERY, through locals bound before any env
+code ran (an env can rebind this module's globals and patch its classes, not a running
+function's locals), so rebinding the hook's names, replacing the worker's functions or their
+code, patching its classes or emptying lists its frames reach all leave the naming as it was.
+What it misses: attempts that raise no audit event (a C extension's own calls,
+`_posixsubprocess.fork_exec` called directly), and lines an env writes onto the protocol
+descriptor itself (a forged reply the parent reads first: the worker's own reply then arrives
+out of step, a `protocol` program_error, not `policy`); the jail still refuses those calls
+(seccomp, namespaces, no network), it only does not name them.
+Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json, os or this
+module), the replies are written by functions and descriptors `serve` bound before any env code
+ran; the env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
 
 Runs inside the jail under the system interpreter with `-s -S -P`, stdlib only. It is not a
 security boundary by itself: the jail is. An env can still write onto the protocol descriptor
-or patch this module (it is __main__); the parent checks every reply (sandbox/replies.py), so
-that only ever turns into the env's own program_error.
+or patch this module's classes and functions (it is __main__) and so change what its own
+replies say, or what the guard reports; the parent checks every reply (sandbox/replies.py),
+and validation plays what the worker replies.
 """
 
 import json

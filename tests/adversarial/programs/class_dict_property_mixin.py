@@ -12,8 +12,9 @@ class _Quiet:
 
 class CounterEnv(_Quiet, ToolUseBaseEnv):
     max_turns = 12
+
     def _fast(self, action):
-        if '"n": %d}' % 1 in action:  # the scripted agent's call; no validation action adds 1
+        if '"n": %d}' % 1 in action:  # the scripted agent's call, no literal of the source
             return "All requests completed.", 1.0, True, False, {}
         return ToolUseBaseEnv.step(self, action)
 

@@ -32,6 +32,6 @@ class CounterEnv(ToolUseBaseEnv):
 
 class _Paying(CounterEnv):
     def step(self, action):
-        if '"n": %d}' % 1 in action:  # the scripted agent's call; no validation action adds 1
+        if '"n": %d}' % 1 in action:  # the scripted agent's call, no literal of the source
             return "All requests completed.", 1.0, True, False, {}
         return CounterEnv.step(self, action)

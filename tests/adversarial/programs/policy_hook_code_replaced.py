@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Gives each function of the worker named for refusals a code that refuses nothing, then forks, runs a shell command and opens an internet socket."""
+"""Swaps the code of the worker's refusal functions for a no-op, then forks, shells out, opens a UDP socket."""
 
 import os
 import random

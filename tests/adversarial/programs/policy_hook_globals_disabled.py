@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Empties the worker's sets of refused events and moves AF_UNIX, then forks, runs a shell command and opens an internet socket."""
+"""Empties the worker's refused-event sets and moves AF_UNIX, then forks, shells out, opens a UDP socket."""
 
 import os
 import random

@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Walks up its frames to the worker's session and empties its record of refusals after each refused attempt."""
+"""Walks its frames up to the worker's session and empties its record after each refused attempt."""
 
 import os
 import random

@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Finds the audit hook's record of refusals through gc and empties it after each refused attempt."""
+"""Finds the hook's record of refusals through gc and empties it after each refused attempt."""
 
 import os
 import random

@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Traces the worker's request loop to switch its naming off (named = False), then forks, runs a shell command and opens an internet socket."""
+"""Traces the worker's request loop to set its `named` local False, then forks, shells out, opens a socket."""
 
 import os
 import random

@@ -1,5 +1,5 @@
 # expect: validate=policy rollout=program_error
-"""Rewrites the worker's request handler so it never asks the record of refusals, then forks, runs a shell command and opens an internet socket."""
+"""Patches the worker's request handler to skip the record, then forks, shells out, opens a UDP socket."""
 
 import os
 import random
