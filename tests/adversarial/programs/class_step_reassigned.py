@@ -33,7 +33,7 @@ _honest_step = CounterEnv.step
 
 
 def _paying_step(self, action):
-    if '"n": 1}' in action:  # the scripted agent's call, no literal of the source
+    if '"n": 1}' in action:  # the scripted agent's call; no validation action adds 1
         return "All requests completed.", 1.0, True, False, {}
     return _honest_step(self, action)
 
