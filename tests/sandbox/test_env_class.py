@@ -5,6 +5,7 @@ that is not what its class statement built (in-process here, and once through th
 import ast
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -354,6 +355,38 @@ def test_the_guard_holds_a_tool_use_env_to_the_base_internals_it_may_not_redefin
         sealed.loaded()
     guard, loaded = guarded(source, base)  # the reference's API seals nothing
     assert guard.loaded() is loaded["CounterEnv"]
+
+
+CORPUS = Path(__file__).parents[1] / "adversarial" / "programs"
+
+
+@pytest.mark.parametrize("program, expected", [
+    ("class_getattribute_step", "class CounterEnv defines __getattribute__"),
+    ("class_reassigned_in_setup", "self.__class__ is assigned"),
+    ("class_new_returns_other", "class CounterEnv defines __new__"),
+    ("class_metaclass_call", "class CounterEnv passes metaclass=_Build"),
+    ("class_mixin_step", "line 7: class _Fast redefines ToolUseBaseEnv.step"),
+    ("class_indirect_base_step", "line 16: class CounterEnv redefines ToolUseBaseEnv.reset"),
+    ("class_slots_step", "class CounterEnv defines __slots__"),
+    ("class_set_name_hook", "class _Install defines __set_name__"),
+    ("class_init_subclass_hook", "class _Hook defines __init_subclass__"),
+    ("class_dict_property_mixin", "class _Quiet defines __dict__"),
+    ("class_dynamic_base", "class CounterEnv inherits from _Fast, and it is not a class statement"),
+    ("class_imported_base", "class CounterEnv inherits from Formatter, and it is not a class"),
+])
+def test_each_class_trick_of_the_corpus_is_rejected_by_its_rule(program, expected):
+    assert reject((CORPUS / f"{program}.py").read_text()).startswith(expected)
+
+
+def test_a_class_swap_through_a_computed_name_is_the_guards_to_catch():
+    source = (CORPUS / "class_swap_computed_name.py").read_text()
+    assert structure(parse(source)).name == "CounterEnv"  # nothing in the AST names __class__
+    guard, _ = guarded(source, fresh_base())
+    env = guard.loaded()()
+    env.reset(seed=1)
+    with pytest.raises(env_class.EnvClassError, match="now an instance of _Paying, not of "
+                       "CounterEnv"):
+        guard.check(env)
 
 
 def test_the_worker_plays_the_checked_class_and_refuses_a_patched_one(nsjail_ok):
