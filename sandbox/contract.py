@@ -10,8 +10,13 @@ through jailed `Worker`s; `solution()` runs in a worker of its own, never in the
 check it (rollouts never call it, so nothing it does may help a play); a timeout, memory or
 output outcome anywhere is reported by the `resources` check, whatever check was running, and
 an attempt at what the jail refuses (a signal to another process, a new process, a socket other
-than AF_UNIX, ctypes: sandbox/worker.py `refusals`) by the `policy` check, naming it, whether
-or not the attempt could have done anything.
+than AF_UNIX, ctypes) or at reaching into the worker (gc's object lists, trace functions:
+sandbox/worker.py `refusal_hook`) by the `policy` check, naming it, whether or not the attempt
+could have done anything, and a class the worker finds is not what its class statement built
+(sandbox/env_class.py `Guard`) by the `structure` check. `structure` reads the same rules
+statically: one env class, plain class statements of the module all the way to
+ToolUseBaseEnv or object, none of the hooks that let the class played differ from the class
+checked (sandbox/env_class.py `shape_problem`).
 
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
 resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.
@@ -219,21 +224,6 @@ def check_imports(tree: ast.Module) -> None:
                                     f"allowed: {problem}")
 
 
-def defined_names(cls: ast.ClassDef) -> dict[str, int]:
-    """Names a class body binds (methods and attributes), with their line numbers."""
-    names: dict[str, int] = {}
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = node.lineno
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        names[name.id] = node.lineno
-    return names
-
-
 @dataclass(frozen=True)
 class EnvClass:
     """What the source says of its env class, without running it."""
@@ -245,17 +235,26 @@ class EnvClass:
 
 def structure(tree: ast.Module) -> EnvClass:
     """Check imports and the env class: exactly one (sandbox/env_class.py `env_class`, the rule
-    the worker plays by), the methods its API needs, no import-time code that changes a class or
-    rebinds the env class's name (`import_time_patch`), and for our tool-use API no redefined
-    base-class internals (the reference's API forbids none: it has no criteria to guard, and
-    every check but the reset gate plays the env as a black box)."""
+    the worker plays by), plain classes that cannot make the class played differ from the class
+    checked (`env_class.shape_problem`: the rules the worker also holds the loaded classes to),
+    the methods its API needs, no import-time code that changes a class or rebinds the env
+    class's name (`import_time_patch`), and for our tool-use API no redefined base-class
+    internals, in the env class or any module class it inherits from (the reference's API
+    forbids none: it has no criteria to guard, and every check but the reset gate plays the env
+    as a black box)."""
     check_imports(tree)
     try:
         node = env_class.env_class(tree)
     except env_class.EnvClassError as exc:
         raise ContractError("structure", str(exc)) from None
-    names = defined_names(node)
-    tool_use = any(isinstance(b, ast.Name) and b.id == "ToolUseBaseEnv" for b in node.bases)
+    shape = env_class.shape_problem(tree, node)
+    if shape:
+        raise ContractError("structure", shape)
+    classes = env_class.ancestry(tree, node)
+    names: dict[str, int] = {}
+    for cls in reversed(classes):  # what the env class itself binds wins, as in its MRO
+        names.update(env_class.class_bindings(cls))
+    tool_use = env_class.inherits_base(classes)
     reference_api = reference_tool_base.reference_api(tree)
     reference_game = not tool_use and takes_max_turns(node)
     needed = ({"reset", "solution"} if reference_api else {"setup", "solution"}
@@ -270,7 +269,9 @@ def structure(tree: ast.Module) -> EnvClass:
     own_api = tool_use and not reference_api
     overrides = sorted(tool_base.internal_names() & names.keys()) if own_api else []
     if overrides:
-        raise ContractError("structure", f"line {names[overrides[0]]}: class {node.name} "
+        owner = next(cls.name for cls in classes
+                     if overrides[0] in env_class.class_bindings(cls))
+        raise ContractError("structure", f"line {names[overrides[0]]}: class {owner} "
                             f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
                             "defines setup, solution, max_turns, tool_<name> methods and "
                             "its own helpers, never the base class's internals")
@@ -445,7 +446,10 @@ def repair_boxed_escapes(source: str) -> tuple[str, int]:
 # -- runtime checks: through jailed workers ------------------------------------------------------
 
 class Probe:
-    """Calls into a worker, turning any non-ok reply into the running check's failure."""
+    """Calls into a worker, turning any non-ok reply into the running check's failure; but a
+    timeout, memory or output outcome is `resources`', an attempt the jail refuses `policy`'s
+    and a class the worker finds is not its class statement's (EnvClassError) `structure`'s,
+    whatever check was running."""
 
     def __init__(self, worker: Worker, reward_bound: float = REWARD_BOUND):
         self.worker = worker
@@ -461,6 +465,9 @@ class Probe:
                                 f"({op}): {(reply.error or {}).get('msg', '')}", reply.outcome)
         if not reply.ok and (reply.error or {}).get("type") == "RefusedOperation":
             raise ContractError("policy", f"during {self.check} ({op}), the env tried "
+                                f"{reply.error.get('msg', '')}", reply.outcome)
+        if not reply.ok and (reply.error or {}).get("type") == "EnvClassError":
+            raise ContractError("structure", f"during {self.check} ({op}): "
                                 f"{reply.error.get('msg', '')}", reply.outcome)
         if not reply.ok and (reply.error or {}).get("type") == "bad_reply":  # sandbox/replies.py
             raise ContractError("step_types" if op == "step" else self.check, reply.error["msg"],

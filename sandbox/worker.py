@@ -13,28 +13,42 @@ a non-finite float becomes {"__float__": "nan"}, any other object {"__object__":
 otherwise the type's name. An env error's msg ends with where in the env it happened:
 `division by zero (env.py:42: return 1/0)`.
 The env class is the one the static checks read (sandbox/env_class.py: exactly one top-level
-`*Env` class statement), and it is played only while it is what that statement built: its
-functions that statement's code, its bases the ones named, the injected base class and its
-module unchanged (`Guard`, checked after the module runs and after every request; a change
-is an `EnvClassError` for that request and every later one).
-What the jail refuses, the worker also names: an audit hook (`refusals`, installed before any
-env code runs) stops and records the first attempt to signal another process or process group,
-to create a process (fork, spawn, exec, system, subprocess), to open a socket other than AF_UNIX,
-to reach C functions through ctypes (how unshare, setns, mount or ptrace would be called on this
-Python) or, on a Python that has them, os.unshare and os.setns. From then on every request
-answers `RefusedOperation` naming it, so validation rejects the env (check `policy`) whether or
-not the jail would have let the attempt do anything. What it misses: attempts that raise no
-audit event (a C extension's own calls, `_posixsubprocess.fork_exec` called directly), and an
-env that finds the hook's record through gc and empties it before it is read; the jail still
-refuses those calls (seccomp, namespaces), it only does not name them.
-Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json or os), the
-replies are written by functions and descriptors this worker took before any env code ran; the
-env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
+`*Env` class statement), and it is played only while it is what that statement built: plain
+classes of the module shaped by the static rules, the methods the worker and the base call
+the defs of those names, its bases the ones named, the injected base class and its module
+unchanged, the env an instance of that class (`Guard`, checked after the module runs and after
+every request; a change is an `EnvClassError` for that request and every later one, which
+validation reports as `structure`).
+What the jail refuses, the worker also names: an audit hook (`refusal_hook`, installed before
+any env code runs) stops and records the first attempt to signal another process or process
+group, to create a process (fork, spawn, exec, system, subprocess), to open a socket other than
+AF_UNIX, to reach C functions through ctypes (how unshare, setns, mount or ptrace would be
+called on this Python) or, on a Python that has them, os.unshare and os.setns; and what would
+reach the worker's own state from inside (gc's object lists, trace and profile functions,
+other threads' frames). From then on every request answers `RefusedOperation` naming it, so
+validation rejects the env (check `policy`) whether or not the jail would have let the attempt
+do anything. The record cannot be cleared or switched off from env code: the hook reads no
+global (its builtins are bound in its closure, its event names are constants of its code),
+keeps the record in a list only its closure holds, never calls env code (it reads exact builtin
+types only), and is reachable only through what it refuses; the request loop (`serve`) asks it
+after every request with the audit event REFUSALS_QUERY, through locals bound before any env
+code ran (an env can rebind this module's globals and patch its classes, not a running
+function's locals), so rebinding the hook's names, replacing the worker's functions or their
+code, patching its classes or emptying lists its frames reach all leave the naming as it was.
+What it misses: attempts that raise no audit event (a C extension's own calls,
+`_posixsubprocess.fork_exec` called directly), and lines an env writes onto the protocol
+descriptor itself (a forged reply the parent reads first: the worker's own reply then arrives
+out of step, a `protocol` program_error, not `policy`); the jail still refuses those calls
+(seccomp, namespaces, no network), it only does not name them.
+Guarantees: whatever the env does (raise, print, read stdin, sys.exit, patch json, os or this
+module), the replies are written by functions and descriptors `serve` bound before any env code
+ran; the env's own stdout and stderr go to the worker's stderr, stdin reads /dev/null.
 
 Runs inside the jail under the system interpreter with `-s -S -P`, stdlib only. It is not a
 security boundary by itself: the jail is. An env can still write onto the protocol descriptor
-or patch this module (it is __main__); the parent checks every reply (sandbox/replies.py), so
-that only ever turns into the env's own program_error.
+or patch this module's classes and functions (it is __main__) and so change what its own
+replies say, or what the guard reports; the parent checks every reply (sandbox/replies.py),
+and validation plays what the worker replies.
 """
 
 import json
@@ -62,50 +76,64 @@ _list_items, _tuple_items, _dict_items = list.__iter__, tuple.__iter__, dict.ite
 _type_name = type.__dict__["__name__"].__get__  # a metaclass cannot override this one
 
 
-PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
-                            "os.system", "os.startfile", "subprocess.Popen"})
-NAMESPACE_EVENTS = frozenset({"os.unshare", "os.setns"})  # Python 3.12 and later
-AF_UNIX = 1
+REFUSALS_QUERY = "spade.refusals"  # the audit event the worker asks the hook's record with
 
 
-class RefusedOperation(Exception):
-    """The env tried what the jail refuses; its reply to every request from then on."""
-
-
-def refused(event, args, own_pid):
-    """What an audit event tries that the jail refuses, in words, or None."""
-    if event == "os.kill":
-        pid, sig = args
-        return None if pid == own_pid else f"os.kill(pid={pid}, sig={sig}): a signal to another process"
-    if event == "os.killpg":
-        return f"os.killpg(pgid={args[0]}, sig={args[1]}): a signal to a process group"
-    if event in PROCESS_EVENTS:
-        return f"{event}: creating a process"
-    if event in NAMESPACE_EVENTS:
-        return f"{event}: entering or making a namespace"
-    if event == "socket.__new__" and args[1] != AF_UNIX:
-        return f"socket(family={args[1]}): a socket other than AF_UNIX"
-    if event.startswith("ctypes."):
-        symbol = args[1] if event == "ctypes.dlsym" and len(args) > 1 else None
-        return (f"{event}({safe_text(symbol, repr, 60)})" if symbol is not None else event) \
-            + ": calling C functions directly"
-    return None
-
-
-def refusals():
-    """Install the audit hook; the list it records refused attempts in (first one first)."""
+def refusal_hook(own_pid, query=REFUSALS_QUERY, type=type, str=str, int=int, tuple=tuple,
+                 len=len, repr=repr, PermissionError=PermissionError):
+    """The audit hook: it refuses (raises PermissionError) and records what the jail refuses,
+    and what would reach the worker's own state; asked with the event REFUSALS_QUERY, it raises
+    PermissionError holding the first refusal ("" when none), so the hook alone keeps its
+    record. Nothing it does can be changed from env code: it reads no global (its builtins are
+    bound here, its event names are constants of its code), its record is a list only its
+    closure holds, it touches only values of exact builtin types (never env code, which could
+    reach its frame), and the only ways to the hook itself, gc's object lists and trace
+    functions, are among what it refuses."""
     found = []
-    own_pid = os.getpid()
 
-    def hook(event, args, found=found, own_pid=own_pid, refused=refused):
-        what = refused(event, args, own_pid)
+    def shown(value):
+        return repr(value)[:60] if type(value) is str or type(value) is int else "?"
+
+    def refused(event, args):
+        """What an audit event tries, in words, or None."""
+        if type(args) is not tuple:
+            return None
+        if event == "os.kill" and len(args) == 2:
+            pid, sig = args
+            if type(pid) is int and pid == own_pid:
+                return None  # a signal to itself
+            return f"os.kill(pid={shown(pid)}, sig={shown(sig)}): a signal to another process"
+        if event == "os.killpg" and len(args) == 2:
+            return (f"os.killpg(pgid={shown(args[0])}, sig={shown(args[1])}): a signal to a "
+                    "process group")
+        if event in {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
+                     "os.system", "os.startfile", "subprocess.Popen"}:
+            return f"{event}: creating a process"
+        if event in {"os.unshare", "os.setns"}:  # Python 3.12 and later
+            return f"{event}: entering or making a namespace"
+        if event == "socket.__new__" and len(args) > 1 and not (type(args[1]) is int
+                                                                and args[1] == 1):
+            return f"socket(family={shown(args[1])}): a socket other than AF_UNIX"
+        if event.startswith("ctypes."):
+            symbol = f"({shown(args[1])})" if event == "ctypes.dlsym" and len(args) > 1 else ""
+            return f"{event}{symbol}: calling C functions directly"
+        if event in {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}:
+            return f"{event}: reaching objects the env was not handed (the worker's own)"
+        if event in {"sys.settrace", "sys.setprofile", "sys._current_frames",
+                     "sys._current_exceptions"}:
+            return f"{event}: reaching into the worker's own frames"
+        return None
+
+    def hook(event, args):
+        if event == query:
+            raise PermissionError(found[0] if found else "")
+        what = refused(event, args)
         if what is not None:
             if not found:
                 found.append(what)
             raise PermissionError(f"refused by spade: {what}")
 
-    sys.addaudithook(hook)
-    return found
+    return hook
 
 
 def open_protocol():
@@ -185,14 +213,15 @@ class Session:
         # code never sees, so redefining a method, the injected base class or its module changes
         # nothing.
         private = self._module("reference_tool_base.py")
-        self.gates = {False: self._module("tool_base.py")["criteria_status"],
+        own = self._module("tool_base.py")
+        self.sealed = own["internal_names"]()  # what our tool-use API's subclasses never redefine
+        self.gates = {False: own["criteria_status"],
                       True: private["criteria_status"]}
         self.reference_api, self.common_names = private["reference_api"], private["common_names"]
         self.build, self.takes_max_turns = private["build"], private["takes_max_turns"]
         self.reference_solution = private["solution_actions"]
         self.Guard = self._module("env_class.py")["Guard"]
         self.guard = None
-        self.refused = []  # what the env tried that the jail refuses (`refusals`)
         self.reference = False  # whether the loaded env targets the reference's tool-use API
         self.cls, self.fresh_episodes = None, False
 
@@ -211,7 +240,8 @@ class Session:
         code = compile(tree, ENV_FILE, "exec")
         # The class played is the one class statement the static checks read (the same rule,
         # sandbox/env_class.py), proved unchanged once the module has run and after every request.
-        guard = self.Guard(tree, code, namespace, base)
+        guard = self.Guard(tree, code, namespace, base, frozenset() if self.reference
+                           else self.sealed)
         exec(code, namespace)
         cls = self.cls = guard.loaded()
         self.guard = guard
@@ -232,11 +262,7 @@ class Session:
         return namespace
 
     def handle(self, request):
-        try:
-            result = self._handle(request)
-        finally:
-            if self.refused:  # named whatever the env made of the attempt, and every time
-                raise RefusedOperation(self.refused[0])
+        result = self._handle(request)
         if self.guard is not None and request.get("op") != "close":
             self.guard.check(self.env)  # an env that changed its class while playing plays no more
         return result
@@ -302,30 +328,54 @@ def reply_for(session, request):
             "msg": safe_text(exc, str, 500) + session.where(exc), "trace": trace}}
 
 
-def encoded(answer):
-    try:
-        return _encode(answer, 0)
-    except (TypeError, ValueError, RecursionError) as exc:  # e.g. an int of 5000 digits
-        return _encode({"id": answer["id"], "ok": False, "error": {
-            "type": "EncodeError", "msg": safe_text(exc, str, 300)}}, 0)
-
-
 def main():
     requests, replies = open_protocol()
     session = Session(os.path.dirname(os.path.abspath(__file__)))
-    if os.environ.get("SPADE_NAME_REFUSALS") != "0":  # off only in tests of the jail itself
-        session.refused = refusals()  # after the worker's own set-up, before any env code
+    named = os.environ.get("SPADE_NAME_REFUSALS") != "0"  # off only in tests of the jail itself
+    if named:  # after the worker's own set-up, before any env code
+        sys.addaudithook(refusal_hook(os.getpid()))
+    serve(requests, replies, session, named)
+
+
+def serve(requests, replies, session, named, audit=sys.audit, query=REFUSALS_QUERY, scan=_scan,
+          encode=_encode, write=_write, answer_to=reply_for, unreadable=(ValueError, StopIteration),
+          unencodable=(TypeError, ValueError, RecursionError), refusal=PermissionError,
+          failure=BaseException, dict=dict, str=str, isinstance=isinstance,
+          memoryview=memoryview):
+    """Answer requests until `close` or the end of input. Reads nothing but its arguments, bound
+    when this module was loaded: an env can rebind this module's globals (it is __main__) and
+    patch its classes, but not the locals of a running function (only a trace function could,
+    and sys.settrace is refused), so after every request the hook's record is asked (`named`)
+    and a refusal answered, and every reply written, whatever the env did."""
     for line in requests:
         try:
-            request = _scan(line.decode("utf-8"), 0)[0]
-        except (ValueError, StopIteration):
+            request = scan(line.decode("utf-8"), 0)[0]
+        except unreadable:
             request = None
         if not isinstance(request, dict):
             request = {"op": None}
-        answer = {"id": request.get("id"), **reply_for(session, request)}
-        data = memoryview("".join(encoded(answer)).encode("ascii") + b"\n")
+        try:
+            answer = {"id": request.get("id"), **answer_to(session, request)}
+        except failure:  # the env broke the worker's own reply path: the hook still answers
+            answer = {"id": request.get("id"), "ok": False, "error": {
+                "type": "WorkerError", "msg": "the env broke the worker's reply to this request"}}
+        if named:
+            try:
+                audit(query)
+                first = "the worker's audit hook no longer answers: the env tampered with it"
+            except refusal as exc:
+                first = exc.args[0]
+            if first:  # named whatever the env made of the attempt, and every time after
+                answer = {"id": request.get("id"), "ok": False,
+                          "error": {"type": "RefusedOperation", "msg": first}}
+        try:
+            text = "".join(encode(answer, 0))
+        except unencodable as exc:  # e.g. an int of 5000 digits
+            text = "".join(encode({"id": request.get("id"), "ok": False, "error": {
+                "type": "EncodeError", "msg": str(exc)[:300]}}, 0))
+        data = memoryview(text.encode("ascii") + b"\n")
         while data:
-            data = data[_write(replies, data):]
+            data = data[write(replies, data):]
         if request.get("op") == "close":
             break
 

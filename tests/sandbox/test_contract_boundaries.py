@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from sandbox import contract
+from sandbox import contract, env_class
 from sandbox.contract import (MAX_SOURCE_BYTES, MAX_TURNS_CAP, ContractError, EnvFacts, Probe,
                               Seeds, check_size, extract, parse, static_checks)
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable
@@ -157,8 +157,8 @@ def test_names_bound_by_assignments_count_as_defined():
               "    solution = lambda self: []\n    a, (b, c) = 1, (2, 3)\n    n = 0\n    n += 1\n")
     assert structure_of(source).name == "DeskEnv"
     tree = ast.parse(source)
-    assert contract.defined_names(tree.body[0]) == {"setup": 2, "solution": 3, "a": 4, "b": 4,
-                                                    "c": 4, "n": 6}
+    assert env_class.class_bindings(tree.body[0]) == {"setup": 2, "solution": 3, "a": 4,
+                                                      "b": 4, "c": 4, "n": 6}
 
 
 def test_a_class_patched_at_import_time_is_a_structure_reject():
@@ -565,10 +565,13 @@ def test_a_module_without_exactly_one_env_class_is_a_structure_reject(source):
     assert (err.check, err.msg) == ("structure", str(expected.value))
 
 
-def test_a_game_with_an_ordinary_base_class_is_a_game():
+def test_a_game_inherits_only_from_object_or_classes_written_in_its_module():
     assert structure_of(GAME.replace("class TinyEnv:", "class TinyEnv(object):")).name == "TinyEnv"
+    own_base = "class _Board:\n    size = 3\n\n\n" + GAME.replace("class TinyEnv:",
+                                                              "class TinyEnv(_Board):")
+    assert structure_of(own_base).name == "TinyEnv"
     import_base = "import abc\n" + GAME.replace("class TinyEnv:", "class TinyEnv(abc.ABC):")
-    assert structure_of(import_base).name == "TinyEnv"
+    assert "inherits from abc.ABC" in rejected(structure_of, import_base).msg
     assert rejected(structure_of, "class TinyEnv:\n    x = 1\n").check == "structure"
 
 

@@ -3,7 +3,9 @@ that changes a class at import is rejected by `structure`, and the worker's guar
 that is not what its class statement built (in-process here, and once through the jail)."""
 
 import ast
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +66,115 @@ def test_an_env_named_after_the_injected_base_is_told_how_to_name_it():
     assert message == ("no top-level class whose name ends in 'Env' but ToolUseBaseEnv, the base "
                        "class the jail injects: name the env `class <Name>Env(ToolUseBaseEnv)` "
                        "and do not define ToolUseBaseEnv")
+
+
+# -- static: the shape of the env's classes ---------------------------------------------------
+
+TOOL = """
+class CounterEnv(ToolUseBaseEnv):
+    def setup(self):
+        self.tools, self.state = {}, {}
+
+    def solution(self):
+        return ["<answer>done</answer>"]
+"""
+
+
+DYNAMIC_BASE = GAME.replace("class KeypadEnv:",
+                            "_Base = type('_Base', (), {})\n\n\nclass KeypadEnv(_Base):")
+
+
+def with_class(header: str, body: str = "    pass\n", source: str = GAME) -> str:
+    """`source` with a class statement `header` (its body `body`) added before the env class."""
+    return source.replace("\nclass KeypadEnv", f"\n{header}\n{body}\n\nclass KeypadEnv", 1)
+
+
+@pytest.mark.parametrize("source, expected", [
+    (GAME.replace("class KeypadEnv:", "class KeypadEnv(metaclass=type):"),
+     "class KeypadEnv passes metaclass=type to its class statement"),
+    (with_class("class _Meta(type):").replace("class KeypadEnv:",
+                                             "class KeypadEnv(metaclass=_Meta):"),
+     "class KeypadEnv passes metaclass=_Meta to its class statement"),
+    ("import abc\n" + GAME.replace("class KeypadEnv:", "class KeypadEnv(abc.ABC):"),
+     "class KeypadEnv inherits from abc.ABC, and it is not a class statement of this module"),
+    ("from string import Formatter\n" + GAME.replace("class KeypadEnv:",
+                                                     "class KeypadEnv(Formatter):"),
+     "class KeypadEnv inherits from Formatter, and it is not a class statement of this module"),
+    (DYNAMIC_BASE,
+     "class KeypadEnv inherits from _Base, and it is not a class statement of this module"),
+    (GAME.replace("class KeypadEnv:", "class KeypadEnv(dict):"),
+     "class KeypadEnv inherits from dict, and it is not a class statement of this module"),
+    (with_class("class _Base:") + "\nclass _Base:\n    pass\n",
+     None),  # a second _Base the env class does not inherit from is no base of it
+    (with_class("class _Base:", source=with_class("class _Base:")).replace(
+        "class KeypadEnv:", "class KeypadEnv(_Base):"),
+     "class KeypadEnv inherits from _Base, and 2 class statements define _Base"),
+    (with_class("class _Mixin:", "    def __getattr__(self, name):\n        return None\n")
+     .replace("class KeypadEnv:", "class KeypadEnv(_Mixin):"),
+     "class _Mixin defines __getattr__, which lets the class that is played differ"),
+    (with_class("class _Install:", "    def __set_name__(self, owner, name):\n        pass\n"),
+     "class _Install defines __set_name__"),
+])
+def test_the_env_class_and_its_bases_are_plain_class_statements_of_the_module(source, expected):
+    if expected is None:
+        assert structure(parse(source)).name == "KeypadEnv"
+    else:
+        assert reject(source).startswith(expected), reject(source)
+
+
+@pytest.mark.parametrize("hook", sorted(env_class.CLASS_HOOKS))
+@pytest.mark.parametrize("binding", ["def {hook}(self, *args):\n        return None",
+                                     "{hook} = None", "{hook}: object = property(len)"])
+def test_no_class_of_the_env_binds_a_hook_that_decides_what_is_played(hook, binding):
+    line = "    " + binding.format(hook=hook) + "\n"
+    assert reject(GAME.replace("    max_turns = 8\n", "    max_turns = 8\n" + line)) \
+        .startswith(f"class KeypadEnv defines {hook}, which lets the class that is played differ "
+                    "from the class that is checked (line 7)")
+    base = with_class("class _Base:", line).replace("class KeypadEnv:", "class KeypadEnv(_Base):")
+    assert reject(base).startswith(f"class _Base defines {hook}")
+
+
+def test_a_helper_class_outside_the_env_may_define_lookup_hooks_but_not_set_name():
+    helper = with_class("class Row:", "    __slots__ = ('cells',)\n\n"
+                        "    def __getattr__(self, name):\n        return None\n")
+    assert structure(parse(helper)).name == "KeypadEnv"
+    descriptor = with_class("class Row:", "    def __set_name__(self, owner, name):\n"
+                            "        owner.step = None\n")
+    assert reject(descriptor).startswith("class Row defines __set_name__")
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ("self.__class__ = KeypadEnv", "self.__class__ is assigned"),
+    ("self.__dict__ = {}", "self.__dict__ is assigned"),
+    ("del self.__dict__", "self.__dict__ is deleted"),
+    ("a, self.__class__ = 1, KeypadEnv", "self.__class__ is assigned"),
+    ("setattr(self, '__class__', KeypadEnv)", "setattr(..., '__class__') changes an object's"),
+    ("object.__setattr__(self, '__class__', KeypadEnv)", "__setattr__(..., '__class__')"),
+    ("super().__setattr__('__dict__', {})", "__setattr__(..., '__dict__')"),
+    ("delattr(self, '__dict__')", "delattr(..., '__dict__')"),
+])
+def test_no_code_of_the_module_changes_an_objects_class_or_attribute_dict(statement, expected):
+    source = GAME.replace('        return "Press', f"        {statement}\n        return \"Press")
+    assert reject(source).startswith(expected), reject(source)
+
+
+def test_reading_an_objects_class_or_attribute_dict_is_fine():
+    source = GAME.replace('        return "Press', '        self.__dict__.update(seen=[])\n'
+                          '        self.__dict__["name"] = type(self).__name__\n'
+                          '        assert self.__class__ is KeypadEnv\n        return "Press')
+    assert structure(parse(source)).name == "KeypadEnv"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("class _Fast:\n    def step(self, action):\n        return '', 1.0, True, False, {}\n\n\n"
+     + TOOL.replace("(ToolUseBaseEnv)", "(_Fast, ToolUseBaseEnv)"),
+     "line 2: class _Fast redefines ToolUseBaseEnv.step"),
+    ("class _Middle(ToolUseBaseEnv):\n    def _advance(self):\n        return ''\n\n\n"
+     + TOOL.replace("(ToolUseBaseEnv)", "(_Middle)"),
+     "line 2: class _Middle redefines ToolUseBaseEnv._advance"),
+])
+def test_a_tool_use_env_redefines_no_base_internal_in_any_class_it_inherits(source, expected):
+    assert reject(source).startswith(expected)
 
 
 # -- static: import-time changes to a class ----------------------------------------------------
@@ -187,6 +298,95 @@ def test_the_guard_lets_an_env_change_its_own_class_data_while_it_plays():
     cls.plays += 1  # a class-level counter, as some envs keep
     cls.seen = ["A"]
     guard.check()
+
+
+@pytest.mark.parametrize("tail, expected", [
+    ("_s = setattr\n_s(KeypadEnv, 'step', vars(KeypadEnv)['solution'])",
+     "KeypadEnv.step is not a method its class statement defines as `def step`"),
+    ("_s = setattr\n_s(KeypadEnv, 'solution', staticmethod(len))",
+     "KeypadEnv.solution is not a method its class statement defines as `def solution`"),
+    ("_s = setattr\n_s(KeypadEnv, '__getatt' + 'r__', lambda self, name: None)",
+     "KeypadEnv defines __getattr__, which lets the class that is played differ"),
+    ("_s = setattr\n_s(KeypadEnv, 'step', type(_win)(vars(KeypadEnv)['step'].__code__, {}))",
+     "KeypadEnv.step is not the one its class statement defined"),
+])
+def test_the_guard_holds_the_methods_the_worker_calls_to_their_defs(tail, expected):
+    guard, _ = guarded(GAME + "\n" + tail + "\n")
+    with pytest.raises(env_class.EnvClassError, match=re.escape(expected)):
+        guard.loaded()
+
+
+@pytest.mark.parametrize("source, expected", [
+    (with_class("class _Meta(type):").replace("class KeypadEnv:",
+                                             "class KeypadEnv(metaclass=_Meta):"),
+     "KeypadEnv was built by the metaclass _Meta"),
+    (DYNAMIC_BASE,
+     "KeypadEnv's base _Base is not a class statement of this module"),
+    (with_class("class _Base:", "    __slots__ = ()\n").replace("class KeypadEnv:",
+                                                              "class KeypadEnv(_Base):"),
+     "_Base defines __slots__"),
+])
+def test_the_guard_holds_the_loaded_classes_to_the_static_shape_rules(source, expected):
+    guard, _ = guarded(source)
+    with pytest.raises(env_class.EnvClassError, match=re.escape(expected)):
+        guard.loaded()
+
+
+def test_the_guard_refuses_an_env_whose_class_changed_while_it_played():
+    guard, namespace = guarded(with_class("class Other:"))
+    env = guard.loaded()()
+    guard.check(env)
+    object.__setattr__(env, "__class__", namespace["Other"])  # a name the AST cannot read
+    with pytest.raises(env_class.EnvClassError, match="the env is now an instance of Other, not "
+                       "of KeypadEnv: an object keeps the class it was built with"):
+        guard.check(env)
+
+
+def test_the_guard_holds_a_tool_use_env_to_the_base_internals_it_may_not_redefine():
+    base = fresh_base()
+    source = ("class _Fast:\n    def step(self, action):\n        return '', 1.0, True, False, {}"
+              "\n\n\n" + TOOL.replace("(ToolUseBaseEnv)", "(_Fast, ToolUseBaseEnv)"))
+    tree = ast.parse(source)
+    code = compile(tree, "env.py", "exec")
+    namespace = {"__name__": "spade_env", "ToolUseBaseEnv": base}
+    sealed = env_class.Guard(tree, code, namespace, base, tool_base.internal_names())
+    exec(code, namespace)
+    with pytest.raises(env_class.EnvClassError, match="_Fast redefines ToolUseBaseEnv.step"):
+        sealed.loaded()
+    guard, loaded = guarded(source, base)  # the reference's API seals nothing
+    assert guard.loaded() is loaded["CounterEnv"]
+
+
+CORPUS = Path(__file__).parents[1] / "adversarial" / "programs"
+
+
+@pytest.mark.parametrize("program, expected", [
+    ("class_getattribute_step", "class CounterEnv defines __getattribute__"),
+    ("class_reassigned_in_setup", "self.__class__ is assigned"),
+    ("class_new_returns_other", "class CounterEnv defines __new__"),
+    ("class_metaclass_call", "class CounterEnv passes metaclass=_Build"),
+    ("class_mixin_step", "line 7: class _Fast redefines ToolUseBaseEnv.step"),
+    ("class_indirect_base_step", "line 16: class CounterEnv redefines ToolUseBaseEnv.reset"),
+    ("class_slots_step", "class CounterEnv defines __slots__"),
+    ("class_set_name_hook", "class _Install defines __set_name__"),
+    ("class_init_subclass_hook", "class _Hook defines __init_subclass__"),
+    ("class_dict_property_mixin", "class _Quiet defines __dict__"),
+    ("class_dynamic_base", "class CounterEnv inherits from _Fast, and it is not a class statement"),
+    ("class_imported_base", "class CounterEnv inherits from Formatter, and it is not a class"),
+])
+def test_each_class_trick_of_the_corpus_is_rejected_by_its_rule(program, expected):
+    assert reject((CORPUS / f"{program}.py").read_text()).startswith(expected)
+
+
+def test_a_class_swap_through_a_computed_name_is_the_guards_to_catch():
+    source = (CORPUS / "class_swap_computed_name.py").read_text()
+    assert structure(parse(source)).name == "CounterEnv"  # nothing in the AST names __class__
+    guard, _ = guarded(source, fresh_base())
+    env = guard.loaded()()
+    env.reset(seed=1)
+    with pytest.raises(env_class.EnvClassError, match="now an instance of _Paying, not of "
+                       "CounterEnv"):
+        guard.check(env)
 
 
 def test_the_worker_plays_the_checked_class_and_refuses_a_patched_one(nsjail_ok):

@@ -1,4 +1,4 @@
-# expect: validate=load rollout=program_error
+# expect: validate=structure rollout=program_error
 """Every attribute read on the env instance raises (max_turns, reset, step, ...)."""
 
 import random

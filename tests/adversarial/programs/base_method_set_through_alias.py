@@ -1,5 +1,5 @@
 # spade: domain=tool_use
-# expect: validate=load rollout=program_error
+# expect: validate=structure rollout=program_error
 """Replaces ToolUseBaseEnv._run_calls through an alias of setattr that the static check cannot follow."""
 
 

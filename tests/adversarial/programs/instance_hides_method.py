@@ -1,5 +1,5 @@
 # spade: domain=tool_use
-# expect: validate=reset rollout=program_error
+# expect: validate=structure rollout=program_error
 """setup() stores its own _run_calls on the instance, hiding the base class's: one tool call wins."""
 
 

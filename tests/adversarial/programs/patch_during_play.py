@@ -1,4 +1,4 @@
-# expect: validate=reset|load|determinism rollout=program_error
+# expect: validate=structure rollout=program_error
 """Leaves the class alone at import and replaces its step from inside the first reset."""
 
 import random

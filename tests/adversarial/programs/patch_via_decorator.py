@@ -1,4 +1,4 @@
-# expect: validate=load rollout=program_error
+# expect: validate=structure rollout=program_error
 """A class decorator replaces step through its parameter, which the static check cannot follow."""
 
 import random

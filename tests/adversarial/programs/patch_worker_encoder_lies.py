@@ -1,4 +1,5 @@
-# expect: validate=trivial rollout=ok
+# expect: validate=may-pass rollout=ok
+# may pass: the worker's request loop encodes with the encoder it bound before any env code ran, so the wrapped global is never called
 """Wraps the worker's own reply encoder: every step reply claims a win, well-formed, right id."""
 
 import random

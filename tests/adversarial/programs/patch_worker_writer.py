@@ -1,4 +1,5 @@
-# expect: validate=load rollout=program_error
+# expect: validate=may-pass rollout=ok
+# may pass: the worker's request loop writes with the os.write it bound before any env code ran, so the rebound globals are never called
 """Rebinds the write functions in the worker's __main__ module: every reply it sends is `null`."""
 
 import random

@@ -1,4 +1,4 @@
-# expect: validate=load rollout=program_error
+# expect: validate=structure rollout=program_error
 """Rebinds the env class's name through globals().update to a copy whose step pays a secret key."""
 
 import random

@@ -1,5 +1,5 @@
 # spade: domain=tool_use
-# expect: validate=reset|reset_gate rollout=program_error|ok
+# expect: validate=structure rollout=program_error|ok
 """get_tools(), rebound on the instance by setup(), returns a dict of schemas instead of a list."""
 
 

@@ -1,0 +1,57 @@
+# expect: validate=policy rollout=program_error
+"""Walks its frames up to the worker's session and empties its record after each refused attempt."""
+
+import os
+import random
+import re
+import sys
+
+socket = __import__("socket")  # a call: the import deny-list reads statements
+
+
+def _reap(pid):
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _escape():
+    """A process, a shell command and an internet socket, each refusal hidden."""
+    for attempt in (lambda: _reap(os.fork()), lambda: os.system("true"),
+                    lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()):
+        try:
+            attempt()
+        except Exception:
+            pass
+
+
+def _forget():
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            record = getattr(value, "refused", None)
+            if type(record) is list:
+                record.clear()
+        frame = frame.f_back
+
+
+class KeypadEnv:
+    max_turns = 8
+
+    def reset(self, seed=None):
+        self.code = random.Random(seed).sample("ABCDEFGH", 3)
+        self.done = 0
+        return "Press the keys " + " ".join(self.code) + " in order as \\boxed{A}.", {}
+
+    def step(self, action):
+        _escape()
+        _forget()
+        keys = re.findall(r"\\boxed\{(.*?)\}", action)
+        key = keys[-1].strip() if keys else ""
+        if self.done < 3:
+            self.done = self.done + 1 if key == self.code[self.done] else 0
+        won = self.done == 3
+        return ("Open." if won else f"{self.done} right."), float(won), won, False, {}
+
+    def solution(self):
+        return ["\\boxed{%s}" % key for key in self.code]
