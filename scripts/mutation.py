@@ -103,7 +103,7 @@ TARGETS: dict[str, Target] = {
              "test_structure_tells_the_reference_format_and_a_missing_solution",
              "test_a_reference_tool_use_env_needs_reset_and_solution_not_setup",
              "test_designer_prompts_allow_the_stdlib_and_name_exactly_the_deny_list"))),
-        ("extract", "check_size", "parse", "import_problem", "check_imports", "defined_names",
+        ("extract", "check_size", "parse", "import_problem", "check_imports",
          "structure", "takes_max_turns", "static_checks", "_stub", "drop_restated_base",
          "describe", "short", "step_problem", "load", "solution_actions", "wins_most",
          "check_reset_gate", "global_random_use", "Probe.*", "Seeds.*",
