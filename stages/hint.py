@@ -99,7 +99,8 @@ def _checked(env: Env, attempt: int, cfg: Config) -> Env:
     """The env with its hint's leak verdict in `meta.hint.leak` (none without a hint)."""
     if env.hint is None:
         return env
-    verdict = isolated(f"hint: leak check of env {env.id}", lambda: leaks.check(env, cfg.sandbox, cfg.env_budget),
+    verdict = isolated(f"hint: leak check of env {env.id}",
+                       lambda: leaks.check(env, cfg.sandbox, cfg.env_budget),
                        lambda failure: {"leaks": False, "error": failure.msg})
     hint_meta = {**env.meta["hint"], "leak": {**verdict, "attempts": attempt + 1}}
     return env.model_copy(update={"meta": {**env.meta, "hint": hint_meta}})

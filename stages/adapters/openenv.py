@@ -17,8 +17,8 @@ Out:
         HTTP /reset calls (each of which OpenEnv serves with an instance of its own): a reset
         that would start one more is refused with HTTP 503 and a `Retry-After` header (over /ws,
         an error message saying the same), rather than queued, since a jail holds up to its
-        memory limit (512 MiB) while it lives. OpenEnv's own clients document no retry on
-        either code; OpenEnv refuses a session past the limit the same way.
+        memory limit (512 MiB) while it lives. OpenEnv's own clients document no retry on a
+        503 or 429, and OpenEnv itself refuses a session past the limit without queueing it.
     SpadeAction: `message`, the reply as a model writes it: a game move (sent as
         `\\boxed{move}` unless it holds a `\\boxed{...}`, as rollouts send it) or, for a
         tool-use env, `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` or

@@ -157,8 +157,8 @@ def test_openenvs_own_client_plays_a_served_env_to_a_win(seed_env, known_actions
         thread.join(10)
 
 
-SLOW_RESET = GUESS.replace("    def reset(self, seed=None):\n",
-                           "    def reset(self, seed=None):\n        __import__('time').sleep(0.5)\n")
+SLOW_RESET = GUESS.replace("    def reset(self, seed=None):\n", "    def reset(self, seed=None):\n"
+                           "        __import__('time').sleep(0.5)\n")
 
 
 def test_concurrent_resets_never_hold_more_jails_than_max_concurrent_envs(monkeypatch,
