@@ -65,6 +65,7 @@ from typing import Any, Callable, Sequence
 
 from sandbox.actions import as_sent, unsendable_reason
 from sandbox import env_class, reference_tool_base, tool_base
+from sandbox.budget import ENV_BUDGET, EnvBudget
 from sandbox.jail import Reply, Sandbox, SandboxUnavailable, Worker
 
 CHECKS = ("extract", "parse", "truncated", "structure", "load", "reset", "determinism", "garbage",
@@ -449,18 +450,22 @@ class Probe:
     """Calls into a worker, turning any non-ok reply into the running check's failure; but a
     timeout, memory or output outcome is `resources`', an attempt the jail refuses `policy`'s
     and a class the worker finds is not its class statement's (EnvClassError) `structure`'s,
-    whatever check was running."""
+    whatever check was running. Given an `EnvBudget`, every call spends it (running out is a
+    `resources` failure)."""
 
-    def __init__(self, worker: Worker, reward_bound: float = REWARD_BOUND):
+    def __init__(self, worker: Worker, reward_bound: float = REWARD_BOUND,
+                 budget: EnvBudget | None = None):
         self.worker = worker
         self.check = "load"
         self.reward_bound = reward_bound
+        self.budget = budget
 
     def call(self, op: str, **fields: Any) -> Reply:
-        reply = self.worker.call(op, **fields)
+        reply = (self.worker.call(op, **fields) if self.budget is None
+                 else self.budget.call(self.worker, op, **fields))
         if reply.outcome == "sandbox_failure":
             raise SandboxUnavailable((reply.error or {}).get("msg", "sandbox failure"))
-        if reply.outcome in ("timeout", "oom", "output_limit"):
+        if reply.outcome in ("timeout", "oom", "output_limit", ENV_BUDGET):
             raise ContractError("resources", f"{reply.outcome} during {self.check} "
                                 f"({op}): {(reply.error or {}).get('msg', '')}", reply.outcome)
         if not reply.ok and (reply.error or {}).get("type") == "RefusedOperation":

@@ -38,6 +38,9 @@ def hint(
                                               "(NOT a security boundary).")] = "nsjail",
     turn_timeout: Annotated[float, typer.Option(help="Seconds one env step of the leak check "
                                                      "may take.")] = 10.0,
+    env_budget: Annotated[float, typer.Option(
+        min=0.001, help="Seconds of env time per env's leak check (load, then every seed's "
+                        "reset and steps); an env past it counts as leaking.")] = 10.0,
     base_url: BaseUrl = None,
     api_key: ApiKey = None,
     device: Device = None,
@@ -68,7 +71,7 @@ def hint(
         if sandbox not in ("nsjail", "none"):
             raise UsageError(f"--sandbox must be nsjail or none, not {sandbox!r}")
         spec = backend_spec(backend, model, base_url, api_key, device, context_length, policy)
-        cfg = stage.Config(prompts_dir=prompts, attempts=attempts,
+        cfg = stage.Config(prompts_dir=prompts, attempts=attempts, env_budget=env_budget,
                            sandbox=Sandbox(mode=sandbox, limits=Limits(call_timeout=turn_timeout)),
                            sampling=Sampling(
             temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed,
@@ -90,16 +93,20 @@ def hint(
                     stats.extra["rewritten"] = stats.extra.get("rewritten", 0) + 1
                 if leaks.leaking(env):
                     stats.extra["leaks"] = stats.extra.get("leaks", 0) + 1
+                if leaks.stalled(env):
+                    stats.extra["stalled"] = stats.extra.get("stalled", 0) + 1
                 yield env
 
         config = {"backend": backend, "model": model, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, "seed": seed, **sampling_seed.config(),
                   "prompts": prompts,
-                  "attempts": attempts, "sandbox": sandbox, "turn_timeout": turn_timeout}
+                  "attempts": attempts, "sandbox": sandbox, "turn_timeout": turn_timeout,
+                  "env_budget": env_budget}
         with progress, model_backend:
             run_stage("hint", shards, out, transform, config, stats, kinds={"env"},
                       overwrite=overwrite, suffix=f".{compress}")
         summarize("hint", stats, f"{stats.written['env']} envs hinted, "
                   f"{stats.extra.get('rewritten', 0)} hints rewritten for leaking, "
-                  f"{stats.extra.get('leaks', 0)} still leak")
+                  f"{stats.extra.get('leaks', 0)} still leak (of which "
+                  f"{stats.extra.get('stalled', 0)} stalled the check: unchecked)")

@@ -42,7 +42,8 @@ def rollout(
                                                         "generation included.")] = 600.0,
     env_budget: Annotated[float, typer.Option(
         min=0.001, help="Seconds of env time per play (load, reset and every step together); "
-                        "past it the play ends with outcome env_budget.")] = 10.0,
+                        "past it the play ends with outcome env_budget, as do an env's plays "
+                        "once they use more than a quarter of their budgets on average.")] = 10.0,
     blacklist_after: Annotated[int, typer.Option(
         min=1, help="Plays that ran out the clock (timeout, env_budget) before an env is not "
                     "played again: its remaining plays are recorded as blacklisted.")] = 1,

@@ -8,10 +8,13 @@ returns lone surrogates gets U+FFFD); an empty hint stays None, so score-regret 
 as having no hinted plays. An env whose hinted record cannot be built or written (a case spade
 does not handle yet) keeps hint None, with `meta.hint.error` saying why (stages/isolation.py);
 the other envs of its chunk are hinted as usual.
-Every hint is then played without a model (stages/leaks.py): a hint whose own words win most
-of the env's validation seeds gives the answer away, and is written again (a new sampling seed)
-up to `attempts` times in all; `meta.hint.leak` records the last verdict and the attempts it
-took, and an env whose hint still leaks earns its designer nothing (stages/score_regret.py).
+Every hint is then played without a model (stages/leaks.py), within `env_budget` seconds of
+env time per env: a hint whose own words win most of the env's validation seeds gives the
+answer away, and is written again (a new sampling seed) up to `attempts` times in all;
+`meta.hint.leak` records the last verdict and the attempts it took, and an env whose hint still
+leaks earns its designer nothing (stages/score_regret.py). An env that runs out the clock in the
+check (`meta.hint.leak.stalled`) counts as leaking and is not hinted again: its check costs the
+stage one budget, and the stage goes on.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from sandbox.budget import DEFAULT_ENV_BUDGET
 from sandbox.jail import Sandbox
 from stages import leaks, prompts
 from stages.backends import Backend, Completion, Sampling
@@ -38,6 +42,7 @@ class Config:
     sampling: Sampling = Sampling(temperature=0.3, max_tokens=1024)
     attempts: int = 3  # hints written per env while they leak
     workers: int = 2  # leak checks at once (one jail each)
+    env_budget: float = DEFAULT_ENV_BUDGET  # env seconds per leak check, as a rollout play has
     sandbox: Sandbox = field(default_factory=Sandbox)
 
 
@@ -59,7 +64,8 @@ def run(envs: Iterable[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
 
 
 def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]:
-    """Hint every env of the chunk, writing again those whose hint leaks."""
+    """Hint every env of the chunk, writing again those whose hint leaks (not those that
+    stalled the check: another hint would meet the same env)."""
     hinted: dict[int, Env] = {}
     pending = list(range(len(envs)))
     with ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="leak") as threads:
@@ -68,7 +74,8 @@ def _hint_chunk(envs: list[Env], backend: Backend, cfg: Config) -> Iterator[Env]
             for index, env in zip(pending, threads.map(lambda e: _checked(e, attempt, cfg),
                                                        written)):
                 hinted[index] = env
-            pending = [index for index in pending if leaks.leaking(hinted[index])]
+            pending = [index for index in pending if leaks.leaking(hinted[index])
+                       and not leaks.stalled(hinted[index])]
             if not pending:
                 break
     yield from (hinted[index] for index in range(len(envs)))
@@ -92,7 +99,8 @@ def _checked(env: Env, attempt: int, cfg: Config) -> Env:
     """The env with its hint's leak verdict in `meta.hint.leak` (none without a hint)."""
     if env.hint is None:
         return env
-    verdict = isolated(f"hint: leak check of env {env.id}", lambda: leaks.check(env, cfg.sandbox),
+    verdict = isolated(f"hint: leak check of env {env.id}",
+                       lambda: leaks.check(env, cfg.sandbox, cfg.env_budget),
                        lambda failure: {"leaks": False, "error": failure.msg})
     hint_meta = {**env.meta["hint"], "leak": {**verdict, "attempts": attempt + 1}}
     return env.model_copy(update={"meta": {**env.meta, "hint": hint_meta}})

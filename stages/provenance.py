@@ -31,8 +31,10 @@ VALIDATOR_CODE = ("sandbox/contract.py", "sandbox/worker.py", "sandbox/actions.p
                   "sandbox/replies.py", "sandbox/env_class.py", "stages/validate.py",
                   "stages/trivial.py")
 VALIDATOR_SETTINGS = ("sandbox", "call_timeout", "memory_mb", "budget")  # not seed, not paths
-# The code that turns plays into regret, designer reward and advantages.
-REWARD_CODE = ("stages/rewards.py", "stages/score_regret.py", "stages/leaks.py")
+# The code that turns plays into regret, designer reward and advantages (the leak check's
+# verdict, under its env budget, decides whether an env pays).
+REWARD_CODE = ("stages/rewards.py", "stages/score_regret.py", "stages/leaks.py",
+               "sandbox/budget.py")
 REWARD_SETTINGS = ("rewards", "window")
 DIGEST_CHARS = 16
 

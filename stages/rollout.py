@@ -17,11 +17,18 @@ Guarantees:
 - the per-episode wall-clock budget (`episode_timeout`) bounds generation too: a play past it is
   truncated with outcome `episode_timeout` (the agent's time, not an env fault);
 - the env's own time is bounded per play: load, reset and every step together get `env_budget`
-  seconds (each call at most `call_timeout`), past which the play ends with outcome
-  `env_budget`; an env with `blacklist_after` plays that ran out the clock (`timeout`,
+  seconds (each call at most `call_timeout`; sandbox/budget.py), past which the play ends with
+  outcome `env_budget`; an env with `blacklist_after` plays that ran out the clock (`timeout`,
   `env_budget`), in this stage or in the earlier rounds' plays given as `blacklist`, is not
   played again: its remaining plays are recorded at once with outcome `blacklisted`, so one env
   that stalls on what the agent sends costs a stage about one budget, not every play's turns;
+- and per env over the stage: once HEAVY_AFTER or more of an env's plays have begun and together
+  used more than HEAVY_SHARE of their budgets (a mean over the plays begun, finished or not),
+  the play whose call crossed that line, and every later call of the env's plays, ends with
+  outcome `env_budget` saying so, and the env is blacklisted as above: an env that uses most of
+  its budget on every play, never running out, costs a stage about HEAVY_SHARE of a budget per
+  play it began, not every play's whole budget. Each record's `meta.env_seconds` is its play's
+  env time;
 - every observation and tool result reaches the agent (and the record) cut to
   `max_observation_chars`, the cut marked; when the next prompt plus `max_tokens` would not fit
   the model's context, the play ends with outcome `context_limit` (the agent's failure, not an
@@ -44,8 +51,9 @@ concurrency.
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -53,6 +61,7 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator
 
 from sandbox.actions import BOXED, BRACES_RE, game_action, last_boxed  # noqa: F401 (re-exported)
+from sandbox.budget import DEFAULT_ENV_BUDGET, ENV_BUDGET, STALLED, EnvBudget
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable, Worker
 from sandbox.pool import WorkerPool
 from stages import prompts
@@ -66,8 +75,15 @@ MAX_TURNS_CAP = 25
 # One observation may take a third of them even at one character per token (random strings,
 # digits, symbols; English runs about 4 characters per token): 8192 characters.
 MAX_OBSERVATION_CHARS = 8192
-STALLED = ("timeout", "env_budget")  # the env ran out the clock: what a hostage env does
 BLACKLISTED = "blacklisted"
+# An env whose plays in a stage use more than HEAVY_SHARE of their env budgets on average, over
+# at least HEAVY_AFTER plays begun, is blacklisted as one that ran out the clock. The seed
+# library's envs, 8 plays of 25 turns at once on a 2-core host at load 9, used at most 7% of a
+# 10 s budget a play on average (18% on their slowest play): a quarter leaves them a margin of
+# almost 4 on a host that busy, and a slow env's plays are cut at about a quarter budget each.
+# HEAVY_SHARE * HEAVY_AFTER = 1: one play alone never trips it (its own budget bounds it).
+HEAVY_SHARE = 0.25
+HEAVY_AFTER = 4
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,7 @@ class Config:
     round: int = 0
     seed: int = 0
     episode_timeout: float = 600.0
-    env_budget: float = 10.0  # env seconds per play; legitimate envs use milliseconds a step
+    env_budget: float = DEFAULT_ENV_BUDGET  # env seconds per play
     blacklist_after: int = 1  # plays that ran out the clock before an env is not played again
     max_observation_chars: int = MAX_OBSERVATION_CHARS
     prompts_dir: str | None = None
@@ -112,18 +128,38 @@ def envs_for_round(env_ids: Iterable[str], per_round: int, round: int, seed: int
 
 class Blacklist:
     """Envs not to play again: those with `after` or more plays that ran out the clock, and
-    those whose winning plays were judged a shortcut (stages/judge.py).
+    those whose winning plays were judged a shortcut (stages/judge.py), and those whose plays
+    in this stage use most of their env budgets (`charge`).
 
-    Fed every finished play (earlier rounds' from their shards, then this stage's own) and the
-    earlier rounds' judgements."""
+    Fed every finished play (earlier rounds' from their shards, then this stage's own), the
+    earlier rounds' judgements, and the env time of this stage's plays as they go."""
 
     def __init__(self, after: int = 1, plays: Iterable[Rollout | Judgement] = ()):
         self.after = after
         self.stalled: Counter[str] = Counter()
         self.blocked: set[str] = set()
         self.shortcuts: set[str] = set()
+        self.shares: dict[str, dict[int, float]] = defaultdict(dict)  # env -> play -> share used
+        self.heavy: dict[str, str] = {}  # env -> why its plays were cut
+        self.lock = threading.Lock()  # plays charge from the env pool's threads
         for play in plays:
             self.note(play)
+
+    def charge(self, env_id: str, play: int, share: float) -> str | None:
+        """Play `play` of the env has used `share` of its env budget so far. Returns why the
+        env is blocked when its plays begun (HEAVY_AFTER or more) have used more than
+        HEAVY_SHARE of their budgets on average, else None."""
+        with self.lock:
+            shares = self.shares[env_id]
+            shares[play] = share
+            mean = sum(shares.values()) / len(shares)
+            if env_id not in self.heavy and len(shares) >= HEAVY_AFTER and mean > HEAVY_SHARE:
+                self.heavy[env_id] = (
+                    f"the env's {len(shares)} plays in this stage used {mean:.0%} of their env "
+                    f"budgets on average, more than the {HEAVY_SHARE:.0%} an env may use "
+                    "over many plays")
+                self.blocked.add(env_id)
+            return self.heavy.get(env_id)
 
     def note(self, play: Rollout | Judgement) -> None:
         if isinstance(play, Judgement):
@@ -143,6 +179,8 @@ class Blacklist:
     def why(self, env_id: str) -> str:
         if env_id in self.shortcuts:
             return "its winning plays' actions won other seeds too (a shortcut, stages/judge.py)"
+        if env_id in self.heavy:
+            return self.heavy[env_id]
         return "earlier plays of this env ran out the clock (timeout or env_budget)"
 
 
@@ -160,7 +198,7 @@ class Episode:
                  blacklist: Blacklist):
         self.order, self.env, self.play, self.cfg, self.policy = order, env, play, cfg, policy
         self.blacklist = blacklist
-        self.env_seconds = 0.0
+        self.budget = EnvBudget(cfg.env_budget)
         self.seed = play_seed(env.id, cfg.hint, play, cfg.round, cfg.seed)
         self.max_turns = min(env.max_turns, cfg.max_turns, MAX_TURNS_CAP)
         self.messages: list[dict] = []
@@ -247,15 +285,16 @@ class Episode:
                        seeds=(), deadlines=(self.deadline,))
 
     def env_call(self, op: str, **fields) -> Reply:
-        """One call to the env, within what is left of the play's env budget."""
-        left = self.cfg.env_budget - self.env_seconds
-        started = time.monotonic()
-        reply = self.worker.call(op, within=left, **fields)
-        self.env_seconds += time.monotonic() - started
-        if reply.outcome == "timeout" and left < self.worker.limits.call_timeout:
-            return Reply("env_budget", error={"type": "env_budget", "msg": (
-                f"the env used its {self.cfg.env_budget:g}s budget for one play "
-                f"(load, reset and {len(self.turns)} steps)")})
+        """One call to the env, within what is left of the play's env budget, ended as
+        `env_budget` too once the env's plays together use too much of theirs (Blacklist)."""
+        reply = self.budget.call(self.worker, op, **fields)
+        if reply.outcome == ENV_BUDGET:
+            return Reply(ENV_BUDGET, error={"type": ENV_BUDGET, "msg": (
+                f"{reply.error['msg']} for one play (load, reset and {len(self.turns)} steps)")})
+        heavy = self.blacklist.charge(self.env.id, self.order,
+                                      self.budget.used / self.cfg.env_budget)
+        if heavy and reply.ok:
+            return Reply(ENV_BUDGET, error={"type": ENV_BUDGET, "msg": heavy})
         return reply
 
     def skip(self) -> None:
@@ -287,7 +326,8 @@ class Episode:
                              "temperature": self.cfg.sampling.temperature,
                              "cut_at_max_tokens": self.cut_at_max_tokens,
                              "waits": self.waits[:len(turns)],
-                             "seconds": round(time.monotonic() - self.started, 3)})
+                             "seconds": round(time.monotonic() - self.started, 3),
+                             "env_seconds": round(self.budget.used, 3)})
 
     @property
     def label(self) -> str:

@@ -19,9 +19,10 @@ reference's memory win rate). In the `regret` variant an env with a step that ti
 `step_timeout_penalty` (-0.5), as in the reference. An env whose plays mostly broke earns the
 invalid penalty, and so does an env whose hint gives its answer away (`meta.hint.leak`,
 stages/hint.py, or a `leak` judgement: hinted winners' actions that win other seeds,
-stages/judge.py: its regret measures the leak, not learnability; `hint_leaks` on the record),
-and so does an env whose no-hint winners' actions win other seeds (a `shortcut` judgement:
-`shortcut` on the record);
+stages/judge.py: its regret measures the leak, not learnability; `hint_leaks` on the record) or
+could not be checked because the env stalled the check (`meta.hint.leak.stalled`), and so does
+an env whose no-hint winners' actions win other seeds (a `shortcut` judgement: `shortcut` on
+the record);
 rejected designs are discarded by default (the paper: they earn nothing), so
 they neither train nor move their skill's mean; with a reject penalty, each design
 conversation that never became an env is penalised once. An env from a repair (a later

@@ -9,10 +9,15 @@ checks, so a play that times out here is still a `resources` reject and a bad st
 one.
 Guarantees: deterministic (policies and their order derive from the source and the solutions
 only; the seeds are the validation's own); `solution()` runs in a worker of its own, never in the
-one that plays (as in the contract); at most MAX_PLAYS episodes and MAX_STEPS steps are played,
-in at most 1/TIME_SHARE of a jail's lifetime: past that the rest is skipped and
-`meta.trivial.capped` says which limit cut it (only "time" depends on the machine, and only for an
-env slow enough to reach it).
+one that plays (as in the contract); at most MAX_PLAYS_PER_SEED episodes and MAX_STEPS_PER_SEED
+steps per seed played, chance level included, in at most 1/TIME_SHARE of a jail's lifetime. An
+env that reaches one of these caps is rejected, never accepted on the policies played so far
+(the ones left could be the ones that win: an env slow enough to run out the clock before its
+own literals are played would hide a backdoor there): the time cap is a `resources` reject
+(outcome timeout), the play and step caps a `trivial` one, each naming its cap and how far play
+got, with `meta.trivial.capped` naming the cap ("time", "plays" or "steps"; None for an env
+that let every play finish). The shipped envs stay far below: at most 200 plays and 3700 steps
+on five seeds, and 2.3 s of the 20 s the default 60 s budget gives (on a busy 2-core machine).
 
 Blind policies, each played from turn 1 over the env's whole turn budget on every seed: plain
 prose, a refusal, "I don't know", `\\boxed{}`, malformed boxes (`\\boxed{`, `\\boxed{}}`), the
@@ -72,10 +77,13 @@ MAX_LITERALS = 32  # string literals of the source played as fixed actions
 LITERAL_MAX_CHARS = 40  # longer ones, and ones of more words, are prompt text (the echo policies
 LITERAL_MAX_WORDS = 3  # play that), not an action
 NEAR_MISS_NUMBERS = 3  # numbers of the final action perturbed, first ones first
-MAX_PLAYS = 400  # episodes this check plays per env at most
-MAX_STEPS = 6000  # steps over all of them (the seed library takes at most about 3500)
-TIME_SHARE = 3  # and at most 1/TIME_SHARE of a jail's lifetime (--budget), so a slow valid env
-# is cut short (recorded) rather than rejected for the time its validation took
+# What this check may play, per validation seed (a spare seed drawn adds its share: the plays
+# grow with the seeds): 400 episodes and 6000 steps on the usual five seeds, where the seed
+# library takes at most 199 and 3708.
+MAX_PLAYS_PER_SEED = 80
+MAX_STEPS_PER_SEED = 1200
+TIME_SHARE = 3  # and at most 1/TIME_SHARE of a jail's lifetime (--budget): the rest is left to
+# load, solve and the chance level's replays
 PROSE = ("Let me think about this step by step. I will look at what I am given, work out "
          "what is being asked, and reason carefully before I commit to anything.")
 REFUSAL = "I'm sorry, but I can't help with that."
@@ -90,6 +98,10 @@ WORD_RE = re.compile(r"[A-Za-z]+")
 ALNUM_RE = re.compile(r"[^\W_]")
 
 Policy = Callable[[int, str, str], str]  # (turn, latest observation, first observation) -> action
+CAP_ADVICE = {"time": "make every step take milliseconds",
+              "plays": "use fewer short string literals (each is played as a policy)",
+              "steps": "use fewer turns or fewer short string literals (each is played as a "
+                       "policy)"}
 
 
 def fixed(action: str) -> Policy:
@@ -203,32 +215,49 @@ def control(action: str) -> str | None:
 
 # -- playing -----------------------------------------------------------------------------------
 
-class Plays:
-    """Episodes on one probe, counted against MAX_PLAYS, MAX_STEPS and a wall deadline;
-    `capped` names the limit that cut play short."""
+class Capped(ContractError):
+    """Play reached a cap: at the time cap a `resources` reject (outcome timeout), at the play
+    or step cap a `trivial` one."""
 
-    def __init__(self, probe: Probe, seconds: float):
+    def __init__(self, cap: str, msg: str):
+        timed = cap == "time"
+        super().__init__("resources" if timed else "trivial", msg, "timeout" if timed else "ok")
+
+
+class Plays:
+    """Episodes on one probe, within caps on episodes, steps and wall time: the play or step
+    that would pass one raises `Capped` instead (`capped` then names the cap)."""
+
+    def __init__(self, probe: Probe, seeds: int, seconds: float):
         self.probe, self.count, self.steps = probe, 0, 0
+        self.max_plays, self.max_steps = MAX_PLAYS_PER_SEED * seeds, MAX_STEPS_PER_SEED * seeds
+        self.seconds = seconds
         self.deadline = time.monotonic() + seconds
         self.capped: str | None = None
+        self.planned = 0  # episodes the check means to play at most (for the cap's message)
 
-    def left(self) -> bool:
-        if self.capped is None:
-            if self.count >= MAX_PLAYS:
-                self.capped = "plays"
-            elif self.steps >= MAX_STEPS:
-                self.capped = "steps"
-            elif time.monotonic() > self.deadline:
-                self.capped = "time"
-        return self.capped is None
+    def start_episode(self) -> None:
+        if self.count >= self.max_plays:
+            self.cap("plays", f"{self.max_plays}-play cap")
+        self.count += 1
 
     def step(self, action: str) -> list:
+        if self.steps >= self.max_steps:
+            self.cap("steps", f"{self.max_steps}-step cap")
+        if time.monotonic() > self.deadline:
+            self.cap("time", f"{self.seconds:g} s cap")
         self.steps += 1
         return self.probe.step(action)
 
+    def cap(self, name: str, cap: str) -> None:
+        self.capped = name
+        raise Capped(name, f"trivial stopped at its {cap} after {self.count} of at most "
+                     f"{max(self.planned, self.count)} plays ({self.steps} steps): an env must "
+                     f"let every check finish; {CAP_ADVICE[name]}")
+
     def episode(self, seed: int, policy: Policy, turns: int) -> bool:
         """Whether the policy wins one episode (terminates with a positive reward)."""
-        self.count += 1
+        self.start_episode()
         first = obs = self.probe.reset(seed)[0]
         for turn in range(turns):
             obs, reward, terminated, truncated, _ = self.step(policy(turn, obs, first))
@@ -241,7 +270,7 @@ class Plays:
     def replay(self, seed: int, prefix: list[str], last: str) -> bool | None:
         """Whether `prefix` then `last` wins; None when the prefix already ends the episode."""
         actions = prefix + [last]
-        self.count += 1
+        self.start_episode()
         self.probe.reset(seed)
         for index, action in enumerate(actions):
             obs, reward, terminated, truncated, _ = self.step(action)
@@ -281,7 +310,7 @@ def check_blind(plays: Plays, facts: EnvFacts, solved: dict[int, Solved],
         won: list[int] = []
         played = 0
         for seed in seeds:
-            if 2 * (played - len(won)) >= len(seeds) or not plays.left():
+            if 2 * (played - len(won)) >= len(seeds):
                 break
             played += 1
             if plays.episode(seed, policy, facts.max_turns):
@@ -303,7 +332,7 @@ def check_near_misses(plays: Plays, facts: EnvFacts, solved: dict[int, Solved],
     for seed in seeds:
         actions = solved[seed].actions[:facts.max_turns]
         probe = control(actions[-1])
-        if probe is not None and plays.left() and plays.replay(seed, actions[:-1], probe):
+        if probe is not None and plays.replay(seed, actions[:-1], probe):
             continue  # anything ends this episode well: its final answer is not graded
         graded[seed] = near_misses(actions[-1])
     names = list(dict.fromkeys(name for variants in graded.values() for name in variants))
@@ -311,7 +340,7 @@ def check_near_misses(plays: Plays, facts: EnvFacts, solved: dict[int, Solved],
     for name in names:
         won = played = 0
         for seed, variants in graded.items():
-            if 2 * (played - won) >= len(seeds) or not plays.left():
+            if 2 * (played - won) >= len(seeds):
                 break
             if name in variants:
                 played += 1
@@ -333,7 +362,8 @@ def check_near_misses(plays: Plays, facts: EnvFacts, solved: dict[int, Solved],
 
 
 class TrivialError(ContractError):
-    """The `trivial` reject, with the tally played up to it (`meta.trivial`)."""
+    """A reject from this check's plays (`trivial`, or `resources` at the time cap), with the
+    tally played up to it (`meta.trivial`)."""
 
     def __init__(self, exc: ContractError, tally: dict):
         super().__init__(exc.check, exc.msg, exc.outcome)
@@ -341,10 +371,11 @@ class TrivialError(ContractError):
 
 
 def check(sandbox: Sandbox, source: str, seeds: list[int], facts: EnvFacts) -> dict:
-    """Play the blind policies and near misses; returns the record's `meta.trivial`: policies,
-    episodes and steps played, the limit that cut it short (or None), and "wins/played" for
-    every policy that won an episode. Raises TrivialError naming the policy that wins (any other ContractError
-    from a play: resources, step_types)."""
+    """Play the blind policies, near misses and chance level; returns the record's
+    `meta.trivial`: policies, episodes and steps played, `capped` None, the chance level, and
+    "wins/played" for every policy that won an episode. Raises TrivialError naming the policy
+    that wins, or the cap that stopped play (any other ContractError from a play: resources,
+    step_types)."""
     env = structure(parse(source))
     tally: dict[str, list[int]] = {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="solve") as side:
@@ -353,21 +384,37 @@ def check(sandbox: Sandbox, source: str, seeds: list[int], facts: EnvFacts) -> d
             probe = Probe(worker, REFERENCE_REWARD_BOUND if env.reference else REWARD_BOUND)
             load(probe, source)
             probe.check = "trivial"
-            plays = Plays(probe, sandbox.limits.lifetime / TIME_SHARE)
             solved = solving.result()
+            plays = Plays(probe, len(solved), sandbox.limits.lifetime / TIME_SHARE)
             try:
-                blind = blind_policies(facts.domain)
-                check_blind(plays, facts, solved, blind, tally)
-                if facts.oracle:
-                    check_near_misses(plays, facts, solved, tally)
-                check_blind(plays, facts, solved,
-                            literal_policies(facts.domain, source, {n for n, _ in blind}), tally)
+                chance = play_all(plays, facts, source, solved, tally)
             except ContractError as exc:
-                if exc.check != "trivial":
+                if exc.check != "trivial" and plays.capped is None:
                     raise
                 raise TrivialError(exc, summary(tally, plays)) from None
-            chance = chance_level(plays, solved, facts.max_turns) if facts.oracle else None
     return summary(tally, plays, chance)
+
+
+def play_all(plays: Plays, facts: EnvFacts, source: str, solved: dict[int, Solved],
+             tally: dict[str, list[int]]) -> float | None:
+    """Every policy, in order, then the chance level (None for an env without solution())."""
+    blind = blind_policies(facts.domain)
+    literal = literal_policies(facts.domain, source, {name for name, _ in blind})
+    plays.planned = planned_plays(facts, solved, len(blind) + len(literal))
+    check_blind(plays, facts, solved, blind, tally)
+    if facts.oracle:
+        check_near_misses(plays, facts, solved, tally)
+    check_blind(plays, facts, solved, literal, tally)
+    return chance_level(plays, solved, facts.max_turns) if facts.oracle else None
+
+
+def planned_plays(facts: EnvFacts, solved: dict[int, Solved], policies: int) -> int:
+    """The most episodes `play_all` can play: each fixed policy on every seed, then on every
+    seed with a solution its near misses' control and variants, and the chance level's replays."""
+    finals = [episode.actions[:facts.max_turns][-1] for episode in solved.values()
+              if facts.oracle and episode.actions]
+    near = sum(1 + len(near_misses(final)) for final in finals)
+    return policies * len(solved) + near + len(finals) * (len(finals) - 1)
 
 
 def summary(tally: dict[str, list[int]], plays: Plays, chance: float | None = None) -> dict:

@@ -34,7 +34,9 @@ repeated) and near misses of the solution's final answer. Its tally, on the same
 record's `meta.trivial` (accepted or rejected by it): `{"policies", "plays", "steps", "capped",
 "chance", "wins": {policy: "won/played"}}`, listing the policies that won any episode; `chance`
 is an accepted env's blind win rate (another seed's solution replayed; None for a reject or an
-env without solution()).
+env without solution()); `capped` names the cap ("time", "plays", "steps") that stopped a
+reject's play, and is None on every accepted env: an env that does not let `trivial` finish is
+rejected (`resources` at the time cap, `trivial` at the others), never accepted on part of it.
 """
 
 from __future__ import annotations

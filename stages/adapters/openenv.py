@@ -13,6 +13,12 @@ Out:
             close()
     openenv_app(env, ...) -> OpenEnv's FastAPI app (`create_fastapi_app`) serving that class:
         /ws for sessions (one jailed env per connection), /reset /step /state /schema /health.
+        At most `max_concurrent_envs` jails live at once, whatever the mix of sessions and
+        HTTP /reset calls (each of which OpenEnv serves with an instance of its own): a reset
+        that would start one more is refused with HTTP 503 and a `Retry-After` header (over /ws,
+        an error message saying the same), rather than queued, since a jail holds up to its
+        memory limit (512 MiB) while it lives. OpenEnv's own clients document no retry on a
+        503 or 429, and OpenEnv itself refuses a session past the limit without queueing it.
     SpadeAction: `message`, the reply as a model writes it: a game move (sent as
         `\\boxed{move}` unless it holds a `\\boxed{...}`, as rollouts send it) or, for a
         tool-use env, `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` or
@@ -37,10 +43,12 @@ Guarantees (those of stages/adapters/common.py's `Play`):
 
 from __future__ import annotations
 
+import threading
 import uuid
 import zlib
 from typing import Any
 
+from fastapi import HTTPException, status
 from openenv.core.env_server import Action, Environment, Observation, State
 from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
@@ -79,14 +87,17 @@ class SpadeEnvironment(Environment[SpadeAction, SpadeObservation, SpadeState]):
     SUPPORTS_CONCURRENT_SESSIONS = True  # each instance plays in a jail of its own
     _facts: EnvFacts
     _sandbox: Sandbox | None = None
+    _jails: JailSlots | None = None  # set by openenv_app: the live jails it allows
 
     def __init__(self) -> None:
         super().__init__()
         self._play = Play(self._facts, self._sandbox)
         self._episode_id: str | None = None
+        self._holds_slot = False
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               **kwargs: Any) -> SpadeObservation:
+        self._take_slot()
         self._episode_id = episode_id or uuid.uuid4().hex
         if isinstance(seed, bool) or not isinstance(seed, int):
             seed = zlib.crc32(self._episode_id.encode())  # the same episode id, the same play
@@ -114,6 +125,21 @@ class SpadeEnvironment(Environment[SpadeAction, SpadeObservation, SpadeState]):
 
     def close(self) -> None:
         self._play.close()
+        if self._holds_slot:
+            self._holds_slot = False
+            self._jails.release()
+
+    def _take_slot(self) -> None:
+        """Hold one of the app's jail slots from the first reset until close (HTTP 503 when
+        none is free)."""
+        if self._jails is None or self._holds_slot:
+            return
+        if not self._jails.take():
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
+                                detail=f"spade env {self._facts.name}: all {self._jails.limit} "
+                                       "jails are in use (max_concurrent_envs); retry when an "
+                                       "episode has closed")
+        self._holds_slot = True
 
     def _observation(self, text: str, tools: list[dict] | None = None) -> SpadeObservation:
         play = self._play
@@ -121,6 +147,20 @@ class SpadeEnvironment(Environment[SpadeAction, SpadeObservation, SpadeState]):
                                 outcome=play.outcome, tools=tools or [], metadata={
                                     "env": self._facts.name, "turns": play.turns,
                                     "outcome": play.outcome})
+
+
+class JailSlots:
+    """At most `limit` jails alive at once across the instances of one served env class."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+
+    def take(self) -> bool:
+        return self._free.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._free.release()
 
 
 def openenv_environment(env: Any, *, id_prefix: str | None = None,
@@ -137,9 +177,11 @@ def openenv_environment(env: Any, *, id_prefix: str | None = None,
 
 def openenv_app(env: Any, *, id_prefix: str | None = None, sandbox: Sandbox | None = None,
                 max_concurrent_envs: int = 1) -> Any:
-    """OpenEnv's FastAPI app over `openenv_environment(env)`: serve it with uvicorn."""
+    """OpenEnv's FastAPI app over `openenv_environment(env)`, with at most
+    `max_concurrent_envs` live jails (module docstring): serve it with uvicorn."""
     from openenv.core.env_server import create_fastapi_app
 
     cls = openenv_environment(env, id_prefix=id_prefix, sandbox=sandbox)
+    cls._jails = JailSlots(max_concurrent_envs)
     return create_fastapi_app(cls, SpadeAction, SpadeObservation,
                               max_concurrent_envs=max_concurrent_envs)

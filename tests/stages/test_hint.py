@@ -1,9 +1,12 @@
 """hint: cleaned text lands in the env record; the env keeps its id; a hint that plays to a
-win on its own is written again, then marked."""
+win on its own is written again, then marked; an env that stalls the check cannot pay."""
+
+import time
+from pathlib import Path
 
 import pytest
 
-from sandbox.jail import Sandbox
+from sandbox.jail import Limits, Sandbox
 from stages import hint as stage
 from stages import leaks, seed_library
 from stages.backends.scripted import ScriptedBackend
@@ -110,3 +113,31 @@ def test_a_leaking_hint_is_written_again_and_marked_when_it_keeps_leaking(nsjail
     assert stubborn.hint == LEAK and leaks.leaking(stubborn)
     assert stubborn.meta["hint"]["leak"]["attempts"] == 3
     assert stubborn.id == colour_env().id
+
+
+STALLS = Path(__file__).parents[1] / "adversarial" / "programs" / "hostage_first_episode_stalls.py"
+
+
+def stalling_env():
+    """Stalls just under a 2 s call timeout on any action but its solution's, in its jail's
+    first episode: the leak check's first seed."""
+    source = STALLS.read_text()
+    return Env(domain="game", class_name="VaultEnv", source=source,
+               source_hash=source_hash(source), max_turns=8,
+               meta={"validation": {"seeds": list(range(5))}})
+
+
+def test_an_env_that_stalls_the_leak_check_cannot_pay_and_the_stage_goes_on(nsjail_ok):
+    cfg = stage.Config(env_budget=1.0, sandbox=Sandbox(limits=Limits(call_timeout=2)))
+    hint = "Try 'open 123' first, then 'red'."
+    started = time.monotonic()
+    stalled, fair = stage.run([stalling_env(), colour_env()],
+                              ScriptedBackend(lambda m, t: hint), cfg)
+    assert time.monotonic() - started < 10  # one budget for the stalling env, not 5 seeds' turns
+    verdict = stalled.meta["hint"]["leak"]
+    assert verdict["leaks"] and verdict["stalled"] == "env_budget" and verdict["won"] == 0
+    assert verdict["attempts"] == 1  # not written again: a new hint meets the same env
+    assert verdict["error"].startswith("resources: env_budget during leak (step): the env used "
+                                       "its 1s budget")
+    assert leaks.leaking(stalled) and leaks.stalled(stalled)
+    assert fair.hint == hint and not leaks.leaking(fair) and not leaks.stalled(fair)

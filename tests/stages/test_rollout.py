@@ -5,6 +5,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -155,6 +156,20 @@ def test_earlier_rounds_blacklist_an_env_for_the_rest_of_its_set(nsjail_ok):
     assert [p.outcome for p in plays] == ["blacklisted"] * 4
     later = stage.Blacklist(1, plays)  # a blacklisted round keeps the env blacklisted
     assert knock.id in later and env(STALLING).id not in later
+
+
+HOG = Path(__file__).parents[1] / "adversarial" / "programs" / "budget_hog_first_episode.py"
+
+
+def test_an_env_that_uses_most_of_its_budget_on_every_play_is_blacklisted(nsjail_ok):
+    """A second a step of a 1.6 s budget, never past it: the fourth play is cut at its load
+    (the four have used more than a quarter of their budgets on average), the rest skipped."""
+    hog = env(HOG.read_text(), max_turns=1)
+    cfg = replace(BUDGET, plays=6, env_budget=1.6)
+    plays = list(stage.run([hog], scripted("wait"), cfg))
+    assert [p.outcome for p in plays] == ["ok"] * 3 + ["env_budget"] + ["blacklisted"] * 2
+    assert all(p.meta["env_seconds"] >= 1.0 for p in plays[:3])
+    assert "more than the 25% an env may use over many plays" in plays[3].error.msg
 
 
 def test_game_actions_are_normalised_to_the_last_box():

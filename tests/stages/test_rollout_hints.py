@@ -7,10 +7,12 @@ process behind a stand-in for the jailed worker, so every reply is exactly what 
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import pytest
 
+from sandbox import budget
 from sandbox.jail import Limits, Reply, Sandbox, SandboxUnavailable
 from stages import rollout as stage
 from stages.backends import Completion
@@ -445,6 +447,74 @@ def test_the_blacklist_counts_only_stalls_per_env_and_takes_blacklisted_plays_as
     assert "env_a" in stage.Blacklist(5, [rollout("blacklisted")])
 
 
+# -- an env that uses most of its budget on every play -------------------------------------------
+
+class ThreadClock:
+    """A stand-in for time.monotonic, one clock per thread, moved only by the env's own steps:
+    plays running at once each measure exactly what their calls took."""
+
+    def __init__(self):
+        self.local = threading.local()
+
+    def monotonic(self):
+        return getattr(self.local, "t", 1000.0)
+
+    def advance(self, seconds):
+        self.local.t = self.monotonic() + seconds
+
+
+def costly_plays(monkeypatch, step_seconds, plays=8, concurrency=1):
+    """`plays` plays of an env that never ends whose every step takes `step_seconds` of a 1 s
+    env budget (five turns a play)."""
+    clock = ThreadClock()
+    monkeypatch.setattr(budget, "time", clock)
+
+    def script(op, fields, n):
+        if op == "step":
+            clock.advance(step_seconds)
+        return game([0.0] * 30)(op, fields, n)
+
+    cfg = stage.Config(plays=plays, concurrency=concurrency, env_budget=1.0, max_turns=5)
+    return play(script, cfg=cfg)[0]
+
+
+def test_an_env_using_most_of_its_budget_on_every_play_is_cut_and_blacklisted(monkeypatch):
+    plays = costly_plays(monkeypatch, 0.19)  # 95% of the budget a play, never past it
+    assert [p.outcome for p in plays] == ["ok"] * 3 + ["env_budget"] + ["blacklisted"] * 4
+    assert [p.meta["env_seconds"] for p in plays[:3]] == [0.95] * 3
+    assert plays[3].error.type == "env.env_budget" and plays[3].turns == []
+    assert plays[3].error.msg == ("the env's 4 plays in this stage used 71% of their env "
+                                  "budgets on average, more than the 25% an env may use over "
+                                  "many plays")
+
+
+def test_plays_of_a_costly_env_running_at_once_are_cut_together(monkeypatch):
+    plays = costly_plays(monkeypatch, 0.19, concurrency=8)
+    outcomes = [p.outcome for p in plays]
+    assert set(outcomes) == {"env_budget", "blacklisted"}, outcomes
+    # each cut at its second step (a quarter budget each on average), not after five
+    assert sum(p.meta["env_seconds"] for p in plays) <= 8 * 0.38 + 1e-9
+
+
+def test_a_costly_env_earns_its_designer_the_invalid_penalty(monkeypatch):
+    from stages import score_regret
+
+    plays = costly_plays(monkeypatch, 0.19)
+    (scored,), _ = score_regret.run([env(hint=HINT)] + plays, score_regret.Config())
+    assert scored.broken and scored.designer_reward == score_regret.Config().rewards.invalid_penalty
+
+
+def test_a_fair_env_and_one_slow_play_are_never_flagged(monkeypatch):
+    assert [p.outcome for p in costly_plays(monkeypatch, 0.01)] == ["ok"] * 8
+    blacklist = stage.Blacklist()
+    for play_index, share in enumerate([1.0, 0.0, 0.0, 0.0]):  # one play's whole budget
+        assert blacklist.charge("env_a", play_index, share) is None
+    assert "env_a" not in blacklist
+    few = stage.Blacklist()
+    for play_index in range(stage.HEAVY_AFTER - 1):  # too few plays to judge
+        assert few.charge("env_b", play_index, 0.9) is None
+
+
 # -- the static pool -----------------------------------------------------------------------------
 
 def test_a_round_plays_the_whole_pool_when_it_asks_for_at_least_as_many():
@@ -524,6 +594,7 @@ class Clock:
 def test_the_env_budget_adds_up_every_call_of_the_play(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(stage, "time", clock)
+    monkeypatch.setattr(budget, "time", clock)
 
     def script(op, fields, n):
         clock.t += 0.37537  # each call takes 0.37537 s of the play's 1 s

@@ -267,6 +267,40 @@ def test_a_reward_hack_is_a_trivial_reject_naming_its_policy(name, policy, nsjai
     assert record.meta["trivial"]["wins"]
 
 
+PROGRAMS = Path(__file__).parents[1] / "adversarial" / "programs"
+
+
+def test_an_env_that_runs_trivial_out_of_time_is_rejected_naming_the_cap(nsjail_ok):
+    """Slow only once its jail has taken 300 steps: the contract's checks pass, trivial's time
+    cap (a third of a 6 s lifetime) comes before the literal that wins every seed. Accepted on
+    the policies played so far, it would pay that backdoor."""
+    from sandbox.jail import Limits, Sandbox
+
+    sandbox = Sandbox(limits=Limits(call_timeout=2, lifetime=6, cpu_seconds=6))
+    record = stage.validate_one(design_for(PROGRAMS / "slow_trivial_backdoor.py"),
+                                stage.Config(seed=0, sandbox=sandbox))
+    assert isinstance(record, Validation), "accepted on a partial trivial"
+    assert (record.check, record.outcome) == ("resources", "timeout")
+    assert re.fullmatch(r"trivial stopped at its 2 s cap after \d+ of at most \d+ plays "
+                        r"\(\d+ steps\): an env must let every check finish; make every step "
+                        r"take milliseconds", record.error.msg), record.error.msg
+    assert record.meta["trivial"]["capped"] == "time"
+
+
+@pytest.mark.parametrize("cap, limit, name", [("MAX_STEPS_PER_SEED", 10, "50-step cap"),
+                                              ("MAX_PLAYS_PER_SEED", 4, "20-play cap")])
+def test_trivial_stopped_by_its_step_or_play_cap_rejects_the_env(cap, limit, name, monkeypatch,
+                                                                 nsjail_ok):
+    """Caps per seed (five seeds here), shrunk so a fair env reaches them: never accepted."""
+    from stages import trivial
+
+    monkeypatch.setattr(trivial, cap, limit)
+    record = stage.validate_one(design_for(VALID / "coin_call.py"), stage.Config(seed=3))
+    assert isinstance(record, Validation) and record.check == "trivial", record
+    assert record.error.msg.startswith(f"trivial stopped at its {name} after ")
+    assert record.meta["trivial"]["capped"] == cap.split("_")[1].lower()
+
+
 def test_a_solution_action_no_reply_carries_fails_the_oracle_naming_it(nsjail_ok):
     """"\\boxed{\\frac{1}{2}}" in an ordinary literal holds a form feed: only solution() can
     send it; written raw, the same env is accepted."""

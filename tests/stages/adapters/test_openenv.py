@@ -155,3 +155,49 @@ def test_openenvs_own_client_plays_a_served_env_to_a_win(seed_env, known_actions
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+SLOW_RESET = GUESS.replace("    def reset(self, seed=None):\n", "    def reset(self, seed=None):\n"
+                           "        __import__('time').sleep(0.5)\n")
+
+
+def test_concurrent_resets_never_hold_more_jails_than_max_concurrent_envs(monkeypatch,
+                                                                          nsjail_ok):
+    """OpenEnv serves each HTTP /reset with an instance of its own: six at once would start six
+    jails of up to 512 MiB. One live jail is allowed here; the others are refused with 503."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    from stages.adapters import common
+
+    live, peak, lock = [0], [0], threading.Lock()
+
+    class CountedJail(common.JailedEnv):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.counted = True
+            with lock:
+                live[0] += 1
+                peak[0] = max(peak[0], live[0])
+
+        def close(self):
+            if getattr(self, "counted", False):
+                self.counted = False
+                with lock:
+                    live[0] -= 1
+            super().close()
+
+    monkeypatch.setattr(common, "JailedEnv", CountedJail)
+    app = openenv_app(SLOW_RESET, sandbox=SANDBOX, max_concurrent_envs=1)
+    with TestClient(app) as client, ThreadPoolExecutor(6) as threads:
+        replies = list(threads.map(lambda seed: client.post("/reset", json={"seed": seed}),
+                                   range(6)))
+        codes = sorted(reply.status_code for reply in replies)
+        assert peak[0] == 1 and live[0] == 0
+        assert codes[0] == 200 and codes[-1] == 503, codes
+        refused = next(reply for reply in replies if reply.status_code == 503)
+        assert "all 1 jails are in use (max_concurrent_envs)" in refused.json()["detail"]
+        assert refused.headers["Retry-After"] == "1"
+        assert client.post("/reset", json={"seed": 7}).status_code == 200  # a slot freed
