@@ -310,7 +310,7 @@ def slow_scripted(action, seen):
 
 
 def without_timing(plays):
-    return [p.model_dump(exclude={"meta": {"seconds", "waits"}}) for p in plays]
+    return [p.model_dump(exclude={"meta": {"seconds", "waits", "env_seconds"}}) for p in plays]
 
 
 @pytest.mark.parametrize("concurrency", [1, 3, 8])
