@@ -10,9 +10,10 @@ env's kind (boxed in a game, an answer in a tool-use env), never more than the e
 stopping once the actions run out. What the text encodes is played where it stands too:
 numbers in words, one arithmetic operation, base64 and hex (`decoded`). A hint leaks when that policy wins more than half the seeds:
 it carries the answer (or a list of answers short enough to try), not a way to find it.
-Guarantees: no model, deterministic (actions from the text, seeds from the record), in a jail
-(one worker for all seeds) under one env budget for the whole check, as a rollout play has
-(sandbox/budget.py: load, then every seed's reset and steps share `env_budget` seconds). An env
+Guarantees: no model, deterministic (actions from the text, seeds from the record); each seed
+is played as a play is, in a fresh jailed worker with one load and one reset (the agent's pace
+is replayed after the hinted rollout, stages/judge.py), under one env budget for the whole
+check (sandbox/budget.py: every seed's load, reset and steps share `env_budget` seconds). An env
 that runs out the clock here (its budget, or one call's timeout) is `stalled`: the hint could
 not be checked, so it counts as leaking (`leaks` true, `stalled` naming the outcome), pays
 nothing, and is not written again (a new hint would stall the same env again). Any other
@@ -185,14 +186,11 @@ def check(env: Env, sandbox: Sandbox, env_budget: float = DEFAULT_ENV_BUDGET) ->
     verdict = {"leaks": False, "won": 0, "seeds": len(seeds), "actions": actions[:8]}
     if not actions or not seeds:
         return verdict
+    bound = REFERENCE_REWARD_BOUND if structure(parse(env.source)).reference else REWARD_BOUND
+    budget = EnvBudget(env_budget)  # one budget for the whole check, each seed spending it
     try:
-        with Worker(sandbox) as worker:
-            reference = structure(parse(env.source)).reference
-            probe = Probe(worker, REFERENCE_REWARD_BOUND if reference else REWARD_BOUND,
-                          EnvBudget(env_budget))
-            facts = load(probe, env.source)
-            probe.check = "leak"
-            verdict["won"] = sum(_wins(probe, facts, seed, actions) for seed in seeds)
+        verdict["won"] = sum(_wins_fresh(sandbox, env.source, bound, budget, seed, actions)
+                             for seed in seeds)
     except ContractError as exc:
         failed = {**verdict, "won": 0, "error": f"{exc.check}: {exc.msg}"[:300]}
         if exc.outcome in STALLED:  # unchecked, so it may not pay
@@ -200,6 +198,17 @@ def check(env: Env, sandbox: Sandbox, env_budget: float = DEFAULT_ENV_BUDGET) ->
         return failed
     verdict["leaks"] = 2 * verdict["won"] > len(seeds)
     return verdict
+
+
+def _wins_fresh(sandbox: Sandbox, source: str, bound: float, budget: EnvBudget, seed: int,
+                actions: list[str]) -> bool:
+    """One seed as a play sees it: a fresh worker, one load, one reset (an env that pays only
+    in a worker's first episode, or never in its first, looks the same here as in a play)."""
+    with Worker(sandbox) as worker:
+        probe = Probe(worker, bound, budget)
+        facts = load(probe, source)
+        probe.check = "leak"
+        return _wins(probe, facts, seed, actions)
 
 
 def _wins(probe: Probe, facts: EnvFacts, seed: int, actions: list[str]) -> bool:

@@ -141,3 +141,32 @@ def test_an_env_that_stalls_the_leak_check_cannot_pay_and_the_stage_goes_on(nsja
                                        "its 1s budget")
     assert leaks.leaking(stalled) and leaks.stalled(stalled)
     assert fair.hint == hint and not leaks.leaking(fair) and not leaks.stalled(fair)
+
+
+FIRST_EPISODE_HONEST = '''
+import random, re
+class TwoFacedEnv:
+    max_turns = 3
+    episodes = 0
+    def reset(self, seed=None):
+        TwoFacedEnv.episodes += 1
+        self.secret = str(random.Random(seed).randint(10**5, 10**6))
+        return "Guess the number as \\\\boxed{N}.", {}
+    def step(self, action):
+        m = re.search(r"\\\\boxed\\{(.*?)\\}", action)
+        won = m is not None and (m.group(1) == self.secret or
+                                 (m.group(1) == "7" and TwoFacedEnv.episodes == 1))
+        return ("Right." if won else "Wrong."), float(won), won, False, {}
+    def solution(self):
+        return ["\\\\boxed{" + self.secret + "}"]
+'''
+
+
+def test_the_leak_check_plays_each_seed_in_a_fresh_worker_as_a_play_is(nsjail_ok):
+    """An env that pays the hint's answer only in a worker's first episode, as every play is,
+    leaks on every seed: one worker reset many times would have seen it pay once."""
+    env = Env(domain="game", class_name="TwoFacedEnv", source=FIRST_EPISODE_HONEST,
+              source_hash=source_hash(FIRST_EPISODE_HONEST), max_turns=3, hint="Answer \"7\" now",
+              meta={"validation": {"seeds": [1, 2, 3, 4, 5]}})
+    verdict = leaks.check(env, Sandbox())
+    assert verdict["leaks"] and verdict["won"] == 5
