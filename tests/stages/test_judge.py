@@ -33,6 +33,9 @@ DOORS = {
     "backdoor": 'guess[::-1] == "emases nepo"',  # "open sesame", spelled so no literal wins
     "after_a_pause": 'guess == "x" and time.monotonic() - self.since > 0.4',
     "first_episode_only": 'guess == "x" and GuessEnv.episodes == 1',
+    "any_digit": 'any(c.isdigit() for c in guess)',
+    "long_reply": "len(guess) > 40",
+    "one_sided_tolerance": "guess.isdigit() and int(guess) >= int(self.secret)",
 }
 SEEDS = [11, 22, 33, 44, 55]
 
@@ -66,6 +69,18 @@ def test_a_no_hint_winner_that_wins_other_seeds_is_a_shortcut(nsjail_ok):
     assert (verdicts[fair.id].verdict, verdicts[fair.id].wins) == ("fair", 0)
     assert verdicts[trick.id].meta["seeds"] == SEEDS[:3]  # the env's validation seeds
     assert verdicts[trick.id].meta["jail_seconds"] > 0
+
+
+@pytest.mark.parametrize("door,action", [("any_digit", "\\boxed{5}"),
+                                         ("long_reply", "\\boxed{" + "a" * 41 + "}"),
+                                         ("one_sided_tolerance", "\\boxed{9999999}")])
+def test_whatever_a_literal_check_misses_a_winner_that_transfers_is_a_shortcut(door, action,
+                                                                               nsjail_ok):
+    """No blind policy plays these, and no hint need name them: the agent's own win shows
+    them, because the same actions win seeds they were not chosen for."""
+    trick = env(door)
+    (found,) = judge.judge([trick], [won_play(trick, action)], CFG)
+    assert (found.verdict, found.wins) == ("shortcut", 3)
 
 
 def test_a_hinted_winner_whose_actions_transfer_shows_a_leaking_hint(nsjail_ok):
