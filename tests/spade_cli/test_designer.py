@@ -214,15 +214,12 @@ def test_a_missing_key_variable_stops_the_run_at_its_start_but_not_the_dry_run(t
     assert not (workspace / "runs").exists()  # nothing ran
 
 
-class Server(http.server.BaseHTTPRequestHandler):
-    """An OpenAI-compatible stand-in: answers every chat with no code, noting who asked."""
-
-    asked: list[tuple[str, str]] = []
+class Chat(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible stand-in: `answer(body)` writes each chat's reply."""
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.asked.append((self.headers.get("Authorization"), body.get("model")))
-        reply = json.dumps({"choices": [{"message": {"content": "no code today"},
+        reply = json.dumps({"choices": [{"message": {"content": self.answer(body)},
                                          "finish_reason": "stop"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(reply)))
@@ -231,6 +228,16 @@ class Server(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class Server(Chat):
+    """Answers every chat with no code, noting who asked."""
+
+    asked: list[tuple[str, str]] = []
+
+    def answer(self, body):
+        self.asked.append((self.headers.get("Authorization"), body.get("model")))
+        return "no code today"
 
 
 def test_a_design_stage_sends_the_key_to_the_designers_server_and_names_it_in_records(
@@ -280,25 +287,15 @@ def test_the_plan_leaves_a_remote_designers_memory_out(monkeypatch, tmp_path):
 GAME = seed_library.files("game")[0].read_text()
 
 
-class Repairing(http.server.BaseHTTPRequestHandler):
+class Repairing(Chat):
     """A stand-in designer that imports socket until told why that fails, then answers fixed."""
 
     asked: list[list[dict]] = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def answer(self, body):
         self.asked.append(body["messages"])
         told = "Failed check" in body["messages"][-1]["content"]
-        code = GAME if told else "import socket\n" + GAME
-        reply = json.dumps({"choices": [{"message": {"content": f"```python\n{code}```"},
-                                         "finish_reason": "stop"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
+        return f"```python\n{GAME if told else 'import socket' + chr(10) + GAME}```"
 
 
 def test_a_recipe_with_repair_fills_with_repairs_the_slots_a_separate_designer_got_wrong(
