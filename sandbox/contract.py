@@ -86,6 +86,10 @@ DENIED_IMPORTS = {
 # Third-party names the jail offers anyway, as stand-ins: module -> the names it has.
 PROVIDED_IMPORTS = {"math_verify": ("parse", "verify")}  # sandbox/math_verify_shim.py
 MAX_TURNS_CAP = reference_tool_base.MAX_TURNS_CAP
+# what a designer that wrote its own call() or finish() is told (the 1.5B coder did, 4 of 24)
+SOLUTION_HELPERS = dict.fromkeys(
+    ("call", "finish"), ": the base class's call(tool, **arguments) and finish() already build "
+    "the actions solution() returns; use them as self.call(...) and self.finish()")
 REWARD_BOUND = 1.0
 REFERENCE_REWARD_BOUND = 10.0  # the range the reference's own validation allows
 VALIDATION_SEEDS = 5  # how many seeds the caller draws; every runtime check uses some of them
@@ -275,7 +279,8 @@ def structure(tree: ast.Module) -> EnvClass:
         raise ContractError("structure", f"line {names[overrides[0]]}: class {owner} "
                             f"redefines ToolUseBaseEnv.{overrides[0]}; a tool-use env "
                             "defines setup, solution, max_turns, tool_<name> methods and "
-                            "its own helpers, never the base class's internals")
+                            "its own helpers, never the base class's internals"
+                            + SOLUTION_HELPERS.get(overrides[0], ""))
     patch = env_class.import_time_patch(tree, node.name)
     if patch:
         raise ContractError("structure", f"{patch}: an env's classes are what their class "

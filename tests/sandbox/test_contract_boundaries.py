@@ -1334,3 +1334,13 @@ def test_a_lost_tool_use_oracle_reads_the_criteria_of_our_api_only(jail):
     reference = TOOL_USE.replace("def setup(self):", "def reset(self, seed=None):")
     err = rejected(contract.runtime_checks, None, reference, [3, 4])
     assert err.msg == "replaying solution() for seed 3 did not win (terminated=True, reward=0.0)"
+
+
+def test_a_tool_use_env_that_writes_its_own_call_is_told_to_use_the_base_classes():
+    source = ("class DeskEnv(ToolUseBaseEnv):\n    max_turns = 5\n    def setup(self):\n"
+              "        pass\n    def call(self, name, **a):\n        return name\n"
+              "    def solution(self):\n        return [self.call('x')]\n")
+    with pytest.raises(contract.ContractError) as err:
+        contract.static_checks(source, is_source=True)
+    assert err.value.check == "structure"
+    assert err.value.msg.endswith("use them as self.call(...) and self.finish()")
