@@ -146,6 +146,8 @@ def design(
             def keep(record):  # counted as answered, not when the slots before it are
                 journal.keep(record)
                 progress.advance()
+                if record.meta.get("copy_retried"):  # a repair that copied its parent
+                    stats.extra["copies"] = stats.extra.get("copies", 0) + 1
 
             yield from stage.run(model_backend.get(), documents, memories, cfg, slots,
                                  journal.made, keep)
@@ -153,8 +155,11 @@ def design(
         with progress, model_backend:
             resumed = emit("design", out, produce, config, stats, overwrite, f".{compress}")
         kept = f" ({resumed} made before a stop, kept)" if resumed else ""
+        repairs = (f"; repairs at turn {slots[0].repairs.turn + 1}, "
+                   f"{stats.extra.get('copies', 0)} copied their parent and were asked again"
+                   if slots and slots[0].repairs is not None else "")
         summarize("design", stats,
-                  f"{stats.written['design']} designs for {len(slots)} slots{kept}")
+                  f"{stats.written['design']} designs for {len(slots)} slots{kept}{repairs}")
 
 
 def retry_or_repair(paths: list[str], round: int, repair: bool, cfg) -> list:

@@ -141,6 +141,7 @@ def test_design_repair_goes_on_with_each_rejected_designs_conversation(chain):
         assert repair["first_turn"] == parent["id"]
         assert repair["prompt"][1] == {"role": "assistant", "content": parent["completion"]}
         assert "Failed check" in repair["prompt"][-1]["content"]
+    assert "; repairs at turn 2, " in result.stderr  # the summary line says what was asked
 
 
 @pytest.mark.parametrize("args,message", [
