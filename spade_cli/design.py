@@ -155,9 +155,10 @@ def design(
         with progress, model_backend:
             resumed = emit("design", out, produce, config, stats, overwrite, f".{compress}")
         kept = f" ({resumed} made before a stop, kept)" if resumed else ""
-        repairs = (f"; repairs at turn {slots[0].repairs.turn + 1}, "
+        turns = sorted({s.repairs.turn + 1 for s in slots if s.repairs is not None})
+        repairs = (f"; repairs at turn {', '.join(map(str, turns))}, "
                    f"{stats.extra.get('copies', 0)} copied their parent and were asked again"
-                   if slots and slots[0].repairs is not None else "")
+                   if turns else "")
         summarize("design", stats,
                   f"{stats.written['design']} designs for {len(slots)} slots{kept}{repairs}")
 
