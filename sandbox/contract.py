@@ -258,6 +258,8 @@ def structure(tree: ast.Module) -> EnvClass:
     classes = env_class.ancestry(tree, node)
     names: dict[str, int] = {}
     for cls in reversed(classes):  # what the env class itself binds wins, as in its MRO
+        if cls is not node and cls.name == env_class.BASE_NAME:
+            continue  # a restated base: drop_restated_base removes it, or rejects what differs
         names.update(env_class.class_bindings(cls))
     tool_use = env_class.inherits_base(classes)
     reference_api = reference_tool_base.reference_api(tree)

@@ -178,8 +178,8 @@ def rollout(
             for record in judgements:
                 if record.verdict != "fair":
                     stats.reasons[record.verdict] += 1
-                stats.extra["jail_seconds_judging"] = round(
-                    stats.extra.get("jail_seconds_judging", 0) + record.meta["jail_seconds"], 3)
+            stats.extra["jail_seconds_judging"] = judging.jail_seconds(
+                judgements, stats.extra.get("jail_seconds_judging", 0.0))
             stats.extra["judged"] = stats.extra.get("judged", 0) + len(judgements)
             yield from judgements
 

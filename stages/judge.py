@@ -174,3 +174,8 @@ def condemned(judgements: Iterable[Judgement], verdicts: tuple[str, ...] = ("sho
               ) -> set[str]:
     """The envs some judgement found to pay a seed-independent answer."""
     return {j.env_id for j in judgements if j.verdict in verdicts}
+
+
+def jail_seconds(judgements: Iterable[Judgement], before: float = 0.0) -> float:
+    """What judging cost in jail-seconds (worker lifetimes, waits included), added to `before`."""
+    return round(before + sum(j.meta.get("jail_seconds", 0.0) for j in judgements), 3)

@@ -12,6 +12,7 @@ packages' data into one GGUF first.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from pathlib import Path
 
@@ -43,14 +44,20 @@ TOKENIZER_TEXT = [
 ]
 
 
+# The prompts as they were when the tiny tokenizer was fixed (one text per prompt file): a
+# frozen copy, so that editing a prompt's wording does not change every tiny model's tokens,
+# and with them the quickstart's curve and the tests that train one.
+TOKENIZER_PROMPTS = Path(__file__).with_name("tiny_tokenizer_prompts.json")
+
+
 def tokenizer_corpus() -> list[str]:
     """Text the tiny tokenizer is trained on: what it will read most (prompts, env programs).
 
     Everything comes from this package, so the tokenizer is the same on every machine."""
-    from stages import prompts, seed_library
+    from stages import seed_library
 
     texts = list(TOKENIZER_TEXT)
-    texts += [path.read_text() for path in sorted(Path(prompts.__file__).parent.glob("*.md"))]
+    texts += json.loads(TOKENIZER_PROMPTS.read_text())
     texts += [path.read_text() for path in seed_library.files()]
     return texts
 

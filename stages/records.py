@@ -232,7 +232,7 @@ class Judgement(Record):
 
     kind: Literal["judgement"] = "judgement"
     prefix: ClassVar[str] = "jg"
-    env_id: str
+    env_id: str = ""
     hint: bool = False
     round: int = 0
     plays: list[str] = Field(default_factory=list)  # the winning plays replayed

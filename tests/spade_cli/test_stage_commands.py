@@ -310,6 +310,23 @@ def test_a_repeated_env_is_played_once_with_a_warning(tmp_path, scripted, nsjail
     assert "1 envs -> 2 plays" in result.stderr
 
 
+def test_a_rollout_with_a_winner_judges_it_beside_the_plays(tmp_path, scripted, nsjail_ok):
+    """A starter game that pressing `a` sometimes wins: its winners are replayed on other seeds
+    and the judgement lands in its own shard, counted on the summary line."""
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(seed_library.STARTER_SHARD.read_text())
+    result = invoke("rollout", pool, "-n", 4, "--max-turns", 3, *scripted, "-o",
+                    tmp_path / "plays")
+    assert result.exit_code == 0, result.stderr
+    plays = lines((tmp_path / "plays" / "rollout-00000.jsonl").read_text())
+    winners = {p["env_id"] for p in plays if p["reward"] > 0}
+    assert winners, "pressing `a` wins none of the starter games: the test needs a winner"
+    judged = lines((tmp_path / "plays" / "judgement-00000.jsonl").read_text())
+    assert {j["env_id"] for j in judged} == winners
+    assert all(j["replays"] > 0 and j["verdict"] in ("fair", "shortcut") for j in judged)
+    assert f"{len(winners)} envs' winners replayed on other seeds" in result.stderr
+
+
 def test_score_regret_merges_a_repeated_input_once(chain):
     root, _ = chain
     once = invoke("score-regret", root / "envs", root / "plays-hint", root / "plays")

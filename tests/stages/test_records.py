@@ -116,7 +116,7 @@ def test_every_float_field_refuses_non_finite_strings_at_read(kind, field, make,
 
 def test_the_float_fields_found_cover_every_kind_that_has_one():
     kinds = {kind for kind, _, _ in float_fields()}
-    assert kinds == {"design", "rollout", "regret", "memory", "train", "eval"}
+    assert kinds == {"design", "rollout", "judgement", "regret", "memory", "train", "eval"}
 
 
 def test_an_env_whose_id_is_not_its_programs_is_refused_at_read():

@@ -26,8 +26,8 @@ def rejected(call, *args):
     return raised.value
 
 
-def plays_on(env, seconds=60.0):
-    return trivial.Plays(Probe(EnvWorker(env)), seconds)
+def plays_on(env, seconds=60.0, seeds=len(SEEDS)):
+    return trivial.Plays(Probe(EnvWorker(env)), seeds, seconds)
 
 
 def solved(seeds, env_class=GuessEnv):
@@ -181,30 +181,29 @@ def test_a_replay_counts_only_when_its_last_action_ends_the_episode():
     assert (plays.count, plays.steps) == (4, 7)
 
 
-def test_plays_stop_at_400_episodes():
-    plays = plays_on(GuessEnv())
-    while plays.left():
-        plays.episode(3, trivial.fixed("\\boxed{3}"), 1)
-    assert (plays.count, plays.capped) == (trivial.MAX_PLAYS, "plays")
+def test_the_play_cap_is_a_trivial_reject_naming_it():
+    plays = plays_on(GuessEnv(), seeds=1)
+    plays.count = trivial.MAX_PLAYS_PER_SEED
+    err = rejected(plays.start_episode)
+    assert (err.check, plays.capped) == ("trivial", "plays")
+    assert f"{trivial.MAX_PLAYS_PER_SEED}-play cap" in err.msg
 
 
-def test_plays_stop_at_6000_steps_and_keep_the_first_limit_they_hit():
-    plays = plays_on(type("Long", (GuessEnv,), {"max_turns": 25})())
-    while plays.left():
-        plays.episode(3, trivial.fixed("\\boxed{9}"), 25)
-    assert (plays.count, plays.steps, plays.capped) == (240, trivial.MAX_STEPS, "steps")
-    plays.count = trivial.MAX_PLAYS
-    assert not plays.left() and plays.capped == "steps"
+def test_the_step_cap_is_a_trivial_reject_and_scales_with_the_seeds():
+    plays = plays_on(GuessEnv(), seeds=2)
+    plays.steps = 2 * trivial.MAX_STEPS_PER_SEED
+    err = rejected(plays.step, "\\boxed{3}")
+    assert (err.check, plays.capped) == ("trivial", "steps")
+    assert f"{2 * trivial.MAX_STEPS_PER_SEED}-step cap" in err.msg
 
 
-def test_plays_stop_once_their_time_is_up(monkeypatch):
+def test_the_time_cap_is_a_resources_reject(monkeypatch):
     clock = SimpleNamespace(now=100.0)
     monkeypatch.setattr(trivial, "time", SimpleNamespace(monotonic=lambda: clock.now))
     plays = plays_on(GuessEnv(), seconds=10)
-    clock.now = 110.0
-    assert plays.left() and plays.capped is None
     clock.now = 110.5
-    assert not plays.left() and plays.capped == "time"
+    err = rejected(plays.step, "\\boxed{3}")  # past the deadline: no call reaches the env
+    assert (err.check, err.outcome, plays.capped) == ("resources", "timeout", "time")
 
 
 # -- "more than half the seeds" ------------------------------------------------------------------
@@ -254,12 +253,12 @@ def test_an_echo_wins_without_an_every_turn_and_each_policy_plays_the_envs_turns
     assert blind(EchoPays(), echo, max_turns=1) == {"echoing the first observation": [0, 3]}
 
 
-def test_blind_play_stops_when_the_plays_run_out():
+def test_blind_play_past_the_play_cap_is_a_reject_not_a_partial_tally():
     plays = plays_on(GuessEnv())
-    plays.count = trivial.MAX_PLAYS
-    tally = {}
-    trivial.check_blind(plays, facts(), solved(SEEDS), [("x", trivial.fixed("x"))], tally)
-    assert tally == {"x": [0, 0]} and plays.count == trivial.MAX_PLAYS
+    plays.count = plays.max_plays
+    err = rejected(trivial.check_blind, plays, facts(), solved(SEEDS),
+                   [("x", trivial.fixed("x"))], {})
+    assert (err.check, plays.capped) == ("trivial", "plays")
 
 
 # -- near misses on an env -----------------------------------------------------------------------
@@ -522,6 +521,6 @@ def test_play_gets_a_third_of_the_jails_lifetime(jail, monkeypatch):
             return super().step(action)
 
     jail(OneSecondASTep)
-    got = trivial.check(Sandbox(limits=Limits(lifetime=30)), GAME, SEEDS, facts())
-    # episodes of 3 s start at 0, 3, 6 and 9 s, within the 10 s; then only chance plays (20)
-    assert (got["capped"], got["plays"]) == ("time", 4 + 20)
+    with pytest.raises(trivial.TrivialError) as err:  # a third of 30 s: 10 s of play
+        trivial.check(Sandbox(limits=Limits(lifetime=30)), GAME, SEEDS, facts())
+    assert err.value.check == "resources" and "its 10 s cap" in err.value.msg
