@@ -255,7 +255,7 @@ def test_a_server_that_dies_is_started_again_and_the_stage_rerun(tmp_path, monke
     assert result.exit_code == 0, result.stderr + log
     assert log.count("serve: engine started") == 2 and log.count("serve: engine died") == 1
     assert "exited with code 3" in log  # why it was started again
-    plays = [json.loads(line) for shard in sorted((tmp_path / "r").glob("r00/rollout*/*.jsonl"))
+    plays = [json.loads(line) for shard in sorted((tmp_path / "r").glob("r00/rollout*/rollout-*"))
              for line in shard.read_text().splitlines()]
     assert len(plays) == 3 and {play["turns"][0]["action"] for play in plays} == {"\\boxed{a}"}
 
