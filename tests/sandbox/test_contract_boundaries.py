@@ -524,14 +524,16 @@ def test_a_multibyte_source_at_the_cap_in_characters_is_over_it_in_bytes():
     assert err.msg.startswith(f"the env's source is {MAX_SOURCE_BYTES + 1} bytes")
 
 
-def test_nesting_too_deep_names_the_error_exactly():
-    err = rejected(parse, "x = " + "-" * 100_000 + "1\n")
-    assert err.msg == ("the source nests too deeply for Python's parser (MemoryError); write "
-                       "long expressions as loops or data")
-    err = rejected(parse, "x = " + " + ".join(["1"] * 5000) + "\n")
-    assert err.msg.startswith("the source nests too deeply for Python's parser (RecursionError: "
-                              "maximum recursion depth exceeded")
+@pytest.mark.parametrize("source", ["x = " + "-" * 100_000 + "1\n",
+                                    "x = " + " + ".join(["1"] * 5000) + "\n"])
+def test_nesting_too_deep_names_the_error_exactly(source):
+    """Which of the two the parser raises depends on the process (its C stack and the memory
+    already in use: a lone run and a whole suite differ), so the message names it."""
+    err = rejected(parse, source)
+    assert err.msg.startswith("the source nests too deeply for Python's parser (")
     assert err.msg.endswith("); write long expressions as loops or data")
+    named = err.msg.split("(", 1)[1]
+    assert named.startswith(("MemoryError)", "RecursionError: maximum recursion depth"))
 
 
 def test_a_parser_that_refuses_null_bytes_with_a_value_error_still_gives_a_parse_reject(
