@@ -10,6 +10,7 @@ solve's spare seeds, and all of them in order."""
 from __future__ import annotations
 
 import ast
+import sys
 import textwrap
 
 import pytest
@@ -528,8 +529,14 @@ def test_a_multibyte_source_at_the_cap_in_characters_is_over_it_in_bytes():
                                     "x = " + " + ".join(["1"] * 5000) + "\n"])
 def test_nesting_too_deep_names_the_error_exactly(source):
     """Which of the two the parser raises depends on the process (its C stack and the memory
-    already in use: a lone run and a whole suite differ), so the message names it."""
-    err = rejected(parse, source)
+    already in use: a lone run and a whole suite differ), so the message names it. Python's
+    default recursion limit, whatever an earlier test or library set."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        err = rejected(parse, source)
+    finally:
+        sys.setrecursionlimit(limit)
     assert err.msg.startswith("the source nests too deeply for Python's parser (")
     assert err.msg.endswith("); write long expressions as loops or data")
     named = err.msg.split("(", 1)[1]
