@@ -230,6 +230,13 @@ class Chat(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def serve(handler: type[Chat]) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """A stand-in chat server on a free loopback port, and its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
 class Server(Chat):
     """Answers every chat with no code, noting who asked."""
 
@@ -242,9 +249,7 @@ class Server(Chat):
 
 def test_a_design_stage_sends_the_key_to_the_designers_server_and_names_it_in_records(
         tmp_path, monkeypatch):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server, url = serve(Server)
     monkeypatch.chdir(tmp_path)
     fake_model(tmp_path / "model")
     (tmp_path / "r.toml").write_text(
@@ -302,9 +307,7 @@ def test_a_recipe_with_repair_fills_with_repairs_the_slots_a_separate_designer_g
         tmp_path, monkeypatch, nsjail_ok):
     """0 of 2 accepted at turn 1, 2 of 2 after one repair; every repair request carries the
     validator's reason in the designer's own conversation."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repairing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server, url = serve(Repairing)
     monkeypatch.chdir(tmp_path)
     fake_model(tmp_path / "model")
     (tmp_path / "r.toml").write_text(
