@@ -3,8 +3,10 @@
 # the quickstart recipe (the whole SPADE loop, offline, on CPU), then write the run's report.
 # Rerunning resumes where it stopped. Extras: train (the hf backend and train-grpo), eval
 # (Reasoning-Gym for the rg-quick suite), report and diversity (charts, Vendi embeddings).
+# Outside a virtual environment it installs into .venv/ in the clone (scripts/venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/venv.sh
 pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
 pip_install torch==2.13.0          # first: a later bare `torch` requirement would pull CUDA
 pip_install -e '.[train,eval,report,diversity]'

