@@ -20,6 +20,10 @@ seeds:
     spade seeds --starter | spade validate --seed 0 > stages/seed_library/starter/envs.jsonl.tmp
     mv stages/seed_library/starter/envs.jsonl.tmp stages/seed_library/starter/envs.jsonl
 
+# Regenerate docs/cli.md from every command's --help (tests/scripts/test_cli_docs.py checks it).
+cli-docs:
+    python scripts/cli_docs.py
+
 # Benchmarks: printed tables with same-run baselines.
 bench-sandbox:
     python benchmarks/sandbox.py

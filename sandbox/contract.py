@@ -20,7 +20,7 @@ checked (sandbox/env_class.py `shape_problem`).
 
 Order: extract, parse, structure, load, reset, determinism, garbage, step_types, oracle, trivial,
 resources, reset_gate (tool use only). `step_types` is checked on every step any check takes.
-The contract as users read it, with every check and how to fix a reject: docs/ENVS.md.
+The contract as users read it, with every check and how to fix a reject: docs/environments.md.
 
 Envs written to the reference code's templates (github.com/spade-rl/spade; `EnvClass.reference`)
 pass the same checks. The jail plays them as the reference does (sandbox/reference_tool_base.py:
@@ -32,7 +32,7 @@ boxed, and a game in the reference's format (its `__init__` takes `max_turns`) w
 `solution()` (the reference's multi-turn template has none) passes every check but `oracle`,
 which cannot run: `EnvFacts.oracle` is False, and its record says `oracle: none`. A game in our
 format must define `solution()`: without it no check could tell a winnable game from one no
-agent can win (the coder wrote such a game, and it was accepted before this rule). docs/ENVS.md, "Envs in the reference format", has it all as users read it.
+agent can win (the coder wrote such a game, and it was accepted before this rule). docs/environments.md, "Envs in the reference format", has it all as users read it.
 
 Every check plays `solution()`'s actions as a model's reply reaches the env in `spade rollout`
 (sandbox/actions.py: a game's last balanced box), and an action holding a character no reply

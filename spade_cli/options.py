@@ -88,7 +88,7 @@ SamplingSeed = Annotated[SamplingSeedMode, typer.Option(
          "request is for), so each sample reproduces from it whatever else the engine batches. "
          "none: no request carries a seed; the engine samples from its own state, so a rerun "
          "does not reproduce the samples. none is faster only where the engine samples seeded "
-         "requests one by one (vLLM's V1 model runner: README, Seeds).")]
+         "requests one by one (vLLM's V1 model runner: docs/gpu.md, Seeds).")]
 PromptsDir = Annotated[str | None, typer.Option(
     "--prompts", metavar="DIR",
     help="Directory of prompt files overriding the built-in ones by name.")]

@@ -58,7 +58,7 @@ class Sampling:
     enable_thinking: bool | None = None
     # whether each request hands its seed to the engine (`engine_seed`): reproducible samples,
     # independent of batching. False: the engine samples from its own generator state, which is
-    # faster where vLLM's V1 sampler loops over seeded requests (benchmarks/sampler.py, README)
+    # faster where vLLM's V1 sampler loops over seeded requests (benchmarks/sampler.py, docs/gpu.md)
     per_request_seed: bool = True
 
     @property

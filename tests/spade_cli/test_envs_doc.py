@@ -1,4 +1,4 @@
-"""docs/ENVS.md: its two complete envs are the files in docs/examples, and `spade validate`
+"""docs/environments.md: its two complete envs are the files in docs/examples, and `spade validate`
 accepts both through the real jail (fresh validation seeds, as a user's run draws them)."""
 
 import re
@@ -16,13 +16,13 @@ PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
 
 def test_the_doc_shows_the_example_files_verbatim():
-    blocks = PYTHON_BLOCK.findall((DOCS / "ENVS.md").read_text())
+    blocks = PYTHON_BLOCK.findall((DOCS / "environments.md").read_text())
     for path in EXAMPLES:
-        assert path.read_text() in blocks, f"{path.name} differs from its block in ENVS.md"
+        assert path.read_text() in blocks, f"{path.name} differs from its block in environments.md"
 
 
 def test_the_doc_explains_every_check_in_order():
-    doc = (DOCS / "ENVS.md").read_text()
+    doc = (DOCS / "environments.md").read_text()
     rows = re.findall(r"^\| `(\w+)` \|", doc, re.M)
     assert [row for row in rows if row in CHECKS] == list(CHECKS)
 
