@@ -17,14 +17,19 @@ win, never a stage failure. The other seeds are the env's validation seeds (draw
 at validation, so no env can know them), minus the play's own. Work is bounded: at most
 `winners x seeds` replays an env, each within one play's env budget; the record says what it
 cost in `meta.jail_seconds` (worker lifetimes, waits included) and `meta.env_seconds`.
-Beyond chance: at least 2 wins, more than the chance level's expectation plus two binomial
-standard deviations (`transfers`); chance is the env's blind win rate at validation
-(`meta.trivial.chance`: another seed's solution replayed), 0 where unknown.
+Beyond chance: at least 2 wins, and so many that a seed-blind player winning at the chance level
+reaches them with probability under FALSE_ALARM (the binomial tail; `transfers`). The chance
+level is the most any seed-blind player won at validation: another seed's solution replayed
+(`meta.trivial.chance`) or the best of the blind policies (`meta.trivial.wins`, such as always
+answering `a`), 0 where unknown. A replayed action sequence is itself a seed-blind player, so
+one that wins as often as validation's blind players did is what validation accepted as chance,
+not a shortcut: on a three-option game any fixed answer wins a third of the seeds.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections import defaultdict
@@ -84,16 +89,31 @@ def other_seeds(env: Env, play: Rollout, count: int) -> list[int]:
     return seeds + [derive_seed("judge", base, play.id, i) for i in range(count - len(seeds))]
 
 
+# A condemned env is blacklisted for the rest of the run, so a fair env may be judged wrongly at
+# most this often a judgement (an env is judged in each round it is played and won).
+FALSE_ALARM = 0.01
+WIN_SHARE = re.compile(r"(\d+)/(\d+)")
+
+
 def chance_of(env: Env) -> float:
-    value = (env.meta.get("trivial") or {}).get("chance")
-    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 1 else 0.0
+    """The most a seed-blind player won at validation: the chance level or the best blind policy."""
+    trivial = env.meta.get("trivial") or {}
+    chance = trivial.get("chance")
+    rates = [float(chance)] if isinstance(chance, (int, float)) and 0 <= chance <= 1 else []
+    for share in (trivial.get("wins") or {}).values():
+        if isinstance(share, str) and (match := WIN_SHARE.fullmatch(share)):
+            won, played = map(int, match.groups())
+            if 0 <= won <= played > 0:
+                rates.append(won / played)
+    return max(rates, default=0.0)
 
 
 def transfers(wins: int, replays: int, chance: float) -> bool:
-    """Whether `wins` of `replays` is beyond what the chance level gives: at least 2, and more
-    than the binomial mean plus two standard deviations."""
-    bound = replays * chance + 2 * math.sqrt(replays * chance * (1 - chance))
-    return wins >= 2 and wins > bound
+    """Whether `wins` of `replays` is beyond what the chance level gives: at least 2, and a
+    binomial tail P(at least `wins` | replays, chance) under FALSE_ALARM."""
+    tail = sum(math.comb(replays, k) * chance ** k * (1 - chance) ** (replays - k)
+               for k in range(wins, replays + 1))
+    return wins >= 2 and tail < FALSE_ALARM
 
 
 def replay(task: Replay, pool: WorkerPool, cfg: Config) -> Replayed:

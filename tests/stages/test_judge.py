@@ -98,9 +98,29 @@ def test_a_replay_looks_like_a_play_to_the_env(door, waits, nsjail_ok):
     assert found.verdict == "shortcut"
 
 
-def test_beyond_chance_needs_two_wins_above_two_standard_deviations():
+def test_beyond_chance_needs_two_wins_that_chance_reaches_under_one_time_in_a_hundred():
     assert not judge.transfers(1, 6, 0.0) and judge.transfers(2, 6, 0.0)
-    assert not judge.transfers(4, 6, 1 / 3) and judge.transfers(6, 6, 1 / 3)
+    assert not judge.transfers(5, 6, 1 / 3) and judge.transfers(6, 6, 1 / 3)   # 1.8% vs 0.14%
+    assert not judge.transfers(3, 3, 1 / 3)   # one winner's three replays: 1 in 27 by luck
+    assert judge.transfers(2, 3, 0.05) and not judge.transfers(2, 3, 0.2)
+
+
+def test_the_chance_level_is_the_best_seed_blind_player_of_validation():
+    made = env("fair", chance=0.2).model_copy(update={"meta": {
+        "validation": {"seeds": SEEDS},
+        "trivial": {"chance": 0.2, "wins": {"\\boxed{b}": "3/5", "echoing": "1/4", "odd": "x"}}}})
+    assert judge.chance_of(made) == 0.6
+    assert judge.chance_of(env("fair", chance=0.25)) == 0.25
+    assert judge.chance_of(env("fair").model_copy(update={"meta": {}})) == 0.0
+
+
+def test_a_fixed_answer_to_a_three_option_game_is_chance_not_a_shortcut():
+    """The starter tier's games: any one letter wins about a third of the seeds, and validation's
+    blind policies saw as much (`\\boxed{a}` 2/5), so a winner whose answer also wins two of its
+    three replays is luck (the old mean-plus-two-deviations rule at chance 0.2 condemned it, and
+    the quickstart lost two of its three games from round 1 on)."""
+    assert not judge.transfers(2, 3, judge.chance_of(env("fair").model_copy(update={"meta": {
+        "trivial": {"chance": 0.2, "wins": {"\\boxed{a}": "2/5"}}}})))
 
 
 def test_an_env_without_winners_is_not_judged_and_winners_are_capped():
