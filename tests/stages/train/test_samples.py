@@ -1,6 +1,7 @@
-"""train-grpo's loss and samples at their boundaries, without a model: PPO clip bounds on both
-sides with both advantage signs, importance weights, the loss normalised over the optimizer
-batch, hinted and broken plays, groups per env and round."""
+"""stages/train/samples.py, without a model: which records become which samples with what
+advantage: one sequence per play or a sample per turn, hinted and broken plays, groups per env
+and round, masks, designer samples from regret and design records, skips counted, and
+non-finite inputs refused."""
 
 import math
 from collections import defaultdict
@@ -9,97 +10,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages import train_grpo as stage  # noqa: E402
 from stages.records import Design, Regret, Rollout, Turn  # noqa: E402
+from stages.train.config import Config  # noqa: E402
+from stages.train.samples import (Sample, build_samples, crashed_step,  # noqa: E402
+                                  malformed_tool_call, play_samples, trained_reward,
+                                  turns_extend)
+from tests.stages.train.common import (crashed, env_fault_group, multi_turn_play,  # noqa: E402
+                                       per_turn)
 
-CFG = stage.Config()  # clip_low 0.2 (ratio 0.8), clip_high 0.28 (ratio 1.28)
-
-
-def loss_and_grad(ratio, advantage, old=0.0, sampled=None, **cfg):
-    logp = torch.tensor([math.log(ratio) + old], dtype=torch.float64, requires_grad=True)
-    loss, parts = stage.token_loss(
-        torch, logp, torch.tensor([old], dtype=torch.float64),
-        torch.tensor([old if sampled is None else sampled], dtype=torch.float64),
-        torch.tensor([advantage], dtype=torch.float64), stage.Config(**cfg))
-    loss.sum().backward()
-    return float(loss.sum()), float(logp.grad[0]), parts
-
-
-# (ratio, advantage) -> (loss, d loss / d logp, outside the bounds: clip_frac counts it)
-@pytest.mark.parametrize("ratio,adv,loss,grad,clipped", [
-    (0.7, 1.0, -0.7, -0.7, True),     # below 1 - clip_low, A > 0: pessimistic min keeps ratio
-    (0.7, -1.0, 0.8, 0.0, True),      # below 1 - clip_low, A < 0: clipped at 0.8, no gradient
-    (0.9, 1.0, -0.9, -0.9, False),    # inside
-    (0.9, -1.0, 0.9, 0.9, False),
-    (1.2, 1.0, -1.2, -1.2, False),    # inside, above 1 - clip_low + clip_low: not clipped yet
-    (1.2, -1.0, 1.2, 1.2, False),
-    (1.5, 1.0, -1.28, 0.0, True),     # above 1 + clip_high, A > 0: clipped at 1.28
-    (1.5, -1.0, 1.5, 1.5, True),      # above 1 + clip_high, A < 0: ratio kept
-])
-def test_ppo_clip_bounds_on_both_sides_with_both_advantage_signs(ratio, adv, loss, grad, clipped):
-    value, gradient, parts = loss_and_grad(ratio, adv)
-    assert value == pytest.approx(loss) and gradient == pytest.approx(grad, abs=1e-12)
-    assert parts["clip_frac"] == float(clipped)
-
-
-def test_the_clip_bounds_follow_the_config():
-    assert loss_and_grad(1.2, 1.0, clip_high=0.1)[0] == pytest.approx(-1.1)
-    assert loss_and_grad(0.85, -1.0, clip_low=0.1)[0] == pytest.approx(0.9)
-
-
-def test_importance_weights_scale_the_loss_and_are_capped():
-    # exp(old - sampled) = e^0.5 scales the token; past the cap it is the cap
-    value, grad, parts = loss_and_grad(1.0, 1.0, old=-1.0, sampled=-1.5)
-    assert value == pytest.approx(-math.exp(0.5)) and grad == pytest.approx(-math.exp(0.5))
-    assert parts["tis_weight"] == pytest.approx(math.exp(0.5)) and parts["tis_clamped"] == 0.0
-    value, _, parts = loss_and_grad(1.0, 1.0, old=-1.0, sampled=-4.0, tis_cap=2.0)
-    assert value == pytest.approx(-2.0) and parts["tis_weight"] == pytest.approx(2.0)
-    assert parts["tis_clamped"] == 1.0
-    _, _, parts = loss_and_grad(1.0, 1.0, old=-1.0, sampled=-1.0 - math.log(2.0) + 1e-9,
-                                tis_cap=2.0)
-    assert parts["tis_clamped"] == 0.0  # just under the cap is not clamped
-
-
-def test_approx_kl_is_half_the_squared_log_ratio():
-    _, _, parts = loss_and_grad(math.exp(0.4), 1.0)
-    assert parts["approx_kl"] == pytest.approx(0.5 * 0.4 ** 2)
-
-
-def test_k3_kl_values():
-    logp = torch.tensor([0.0, -1.0], dtype=torch.float64)
-    anchored = torch.tensor([0.5, -1.0], dtype=torch.float64)
-    kl = stage.kl_k3(torch, logp, anchored)
-    assert kl.tolist() == pytest.approx([math.exp(0.5) - 0.5 - 1, 0.0])
-    # k3(-30) = 29 + e^-30: clamped to 10, as slime's low_var_kl is
-    assert float(stage.kl_k3(torch, torch.tensor([0.0]), torch.tensor([-30.0]))) == 10.0
-    assert float(stage.kl_k3(torch, torch.tensor([0.0]), torch.tensor([-5.0]))) == \
-        pytest.approx(4.0 + math.exp(-5.0))
-
-
-def sample(source, tokens, role="agent"):
-    return stage.Sample(role, [0] * (tokens + 1), list(range(1, tokens + 1)), [0.0] * tokens,
-                        1.0, source=source)
-
-
-def test_the_loss_is_normalised_over_the_optimizer_batch_not_a_micro_batch():
-    batch = [sample("a", 3), sample("b", 1), sample("c", 4)]
-    token = stage.loss_weights(batch, "token")
-    assert token == [1 / 8] * 3  # every token of the whole batch, whichever micro-batch
-    assert sum(w * len(s.loss_positions) for s, w in zip(batch, token)) == pytest.approx(1.0)
-    per_sample = stage.loss_weights(batch, "sample")
-    assert per_sample == pytest.approx([1 / 9, 1 / 3, 1 / 12])
-    assert sum(w * len(s.loss_positions) for s, w in zip(batch, per_sample)) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="loss_norm must be one of sample, token"):
-        stage.loss_weights(batch, "micro")
+CFG = Config()
 
 
 def test_a_sample_of_one_turn():
-    s = stage.Sample.of_turn("designer", [1, 2, 3], [4, 5], [-0.1, -0.2, -9.0], 0.5, 0.7, "des_x",
-                             per_turn=True)
+    s = Sample.of_turn("designer", [1, 2, 3], [4, 5], [-0.1, -0.2, -9.0], 0.5, 0.7, "des_x",
+                       per_turn=True)
     assert s.ids == [1, 2, 3, 4, 5] and s.loss_positions == [3, 4]
     assert s.sampled_logprobs == [-0.1, -0.2] and s.advantage == 0.5 and s.temperature == 0.7
     assert s.source == "des_x" and s.per_turn and s.role == "designer"
-    default = stage.Sample.of_turn("agent", [1], [2], [0.0], 1.0)
+    default = Sample.of_turn("agent", [1], [2], [0.0], 1.0)
     assert default.temperature == 1.0 and default.source == "" and not default.per_turn
 
 
@@ -115,7 +43,7 @@ def test_a_no_hint_group_per_env_and_round_gets_its_own_advantages():
     plays = [play("env_a", 1.0, seed=0), play("env_a", 0.0, seed=1),
              play("env_a", 1.0, round=1, seed=2), play("env_a", 1.0, round=1, seed=3),
              play("env_b", 0.0, seed=4), play("env_b", 0.0, seed=5)]
-    samples, skipped = stage.build_samples(plays, CFG)
+    samples, skipped = build_samples(plays, CFG)
     assert skipped == {}
     assert [s.advantage for s in samples] == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
     assert [s.source for s in samples] == [p.id for p in plays]
@@ -124,9 +52,9 @@ def test_a_no_hint_group_per_env_and_round_gets_its_own_advantages():
 def test_hinted_plays_train_only_when_asked_and_apart_from_no_hint_plays():
     plays = [play(reward=1.0, seed=0), play(reward=0.0, seed=1),
              play(reward=1.0, hint=True, seed=2), play(reward=1.0, hint=True, seed=3)]
-    samples, _ = stage.build_samples(plays, CFG)
+    samples, _ = build_samples(plays, CFG)
     assert [s.source for s in samples] == [plays[0].id, plays[1].id]
-    both, _ = stage.build_samples(plays, stage.Config(train_on_hinted=True))
+    both, _ = build_samples(plays, Config(train_on_hinted=True))
     assert [s.advantage for s in both] == pytest.approx([1.0, -1.0, 0.0, 0.0])
 
 
@@ -134,8 +62,8 @@ def test_roles_choose_what_trains():
     design = Design(completion="x", prompt_ids=[1], completion_ids=[2, 3], logprobs=[-0.5, -0.5])
     regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=1.5)
     records = [play(seed=0), play(reward=0.0, seed=1), design, regret]
-    agent, _ = stage.build_samples(records, stage.Config(roles=("agent",)))
-    designer, _ = stage.build_samples(records, stage.Config(roles=("designer",)))
+    agent, _ = build_samples(records, Config(roles=("agent",)))
+    designer, _ = build_samples(records, Config(roles=("designer",)))
     assert {s.role for s in agent} == {"agent"} and len(agent) == 2
     assert [(s.role, s.advantage, s.ids, s.loss_positions, s.temperature, s.source)
             for s in designer] == [("designer", 1.5, [1, 2, 3], [1, 2], 1.0, design.id)]
@@ -147,30 +75,30 @@ def test_designs_without_token_ids_are_skipped_and_counted():
                    {"prompt_ids": [1], "completion_ids": [2], "logprobs": []}):
         design = Design(completion="x", **fields)
         regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=1.0)
-        samples, skipped = stage.build_samples([design, regret], CFG)
+        samples, skipped = build_samples([design, regret], CFG)
         assert samples == [] and skipped == {"designer_no_token_ids": 1}
     design = Design(completion="x", prompt_ids=[], completion_ids=[2], logprobs=[0.0])
-    samples, _ = stage.build_samples(
+    samples, _ = build_samples(
         [design, Regret(env_id="e", design_id=design.id, designer_advantage=1.0)], CFG)
     assert len(samples) == 1  # an empty prompt is still a prompt
-    samples, skipped = stage.build_samples([Regret(env_id="e", designer_advantage=1.0)], CFG)
+    samples, skipped = build_samples([Regret(env_id="e", designer_advantage=1.0)], CFG)
     assert skipped == {"designer_without_design_record": 1}
 
 
 def test_broken_plays_are_not_trained_as_ordinary_samples():
     crash_turn = Turn(action="a", prompt_ids=[1], completion_ids=[2], logprobs=[0.0])
     crashed = play(reward=0.7, ok=False, outcome="program_error", seed=2, turns=[crash_turn])
-    assert stage.crashed_step(crashed) and stage.trained_reward(crashed, CFG) == -1.0
+    assert crashed_step(crashed) and trained_reward(crashed, CFG) == -1.0
     no_tokens = play(ok=False, outcome="program_error", seed=3,
                      turns=[Turn(action="a", prompt_ids=[1], completion_ids=[], logprobs=[])])
-    assert not stage.crashed_step(no_tokens) and stage.trained_reward(no_tokens, CFG) is None
+    assert not crashed_step(no_tokens) and trained_reward(no_tokens, CFG) is None
     ok_named_error = play(reward=0.5, ok=True, outcome="program_error", seed=4)
-    assert not stage.crashed_step(ok_named_error)
-    assert stage.trained_reward(ok_named_error, CFG) == 0.5
+    assert not crashed_step(ok_named_error)
+    assert trained_reward(ok_named_error, CFG) == 0.5
     hung = play(ok=False, outcome="timeout", seed=5)
-    assert not stage.crashed_step(hung) and stage.trained_reward(hung, CFG) is None
-    assert stage.trained_reward(crashed, stage.Config(drop_env_errors=True)) is None
-    samples, skipped = stage.build_samples([play(reward=1.0), crashed, hung], CFG)
+    assert not crashed_step(hung) and trained_reward(hung, CFG) is None
+    assert trained_reward(crashed, Config(drop_env_errors=True)) is None
+    samples, skipped = build_samples([play(reward=1.0), crashed, hung], CFG)
     assert [s.advantage for s in samples] == pytest.approx([1.0, -1.0])
     assert skipped == {"agent_timeout_dropped": 1}
 
@@ -179,12 +107,12 @@ def test_a_play_whose_template_rewrites_history_trains_turn_by_turn():
     first = Turn(action="a", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.3])
     second = Turn(action="b", prompt_ids=[1, 2, 9, 5], completion_ids=[6, 7],
                   logprobs=[-0.6, -0.7, -5.0])
-    assert not stage.turns_extend([first, second])
-    assert stage.turns_extend([first, second.model_copy(update={"prompt_ids": [1, 2, 3, 5]})])
-    samples = stage.play_samples(play(turns=[first, second]), 0.5, CFG, {})
+    assert not turns_extend([first, second])
+    assert turns_extend([first, second.model_copy(update={"prompt_ids": [1, 2, 3, 5]})])
+    samples = play_samples(play(turns=[first, second]), 0.5, CFG, {})
     assert [(s.ids, s.loss_positions, s.sampled_logprobs, s.per_turn) for s in samples] == [
         ([1, 2, 3], [2], [-0.3], True), ([1, 2, 9, 5, 6, 7], [4, 5], [-0.6, -0.7], True)]
-    (single,) = stage.play_samples(play(turns=[first]), 0.5, CFG, {})
+    (single,) = play_samples(play(turns=[first]), 0.5, CFG, {})
     assert not single.per_turn
 
 
@@ -193,36 +121,24 @@ def test_one_sequence_play_keeps_loss_only_on_turns_that_carry_it():
                  logprobs=[-0.2, -0.3, -9.0])
     second = Turn(action="b", prompt_ids=[1, 2, 3, 8], completion_ids=[4], logprobs=[-0.4])
     skipped = defaultdict(int)
-    (s,) = stage.play_samples(play(turns=[first, second]), 1.0,
-                              stage.Config(mask_malformed_tool_calls=True), skipped)
+    (s,) = play_samples(play(turns=[first, second]), 1.0,
+                        Config(mask_malformed_tool_calls=True), skipped)
     assert s.ids == [1, 2, 3, 8, 4] and s.loss_positions == [4] and s.sampled_logprobs == [-0.4]
     assert skipped == {"agent_malformed_tool_call_masked": 1}
-    (whole,) = stage.play_samples(play(turns=[first, second]), 1.0, CFG, defaultdict(int))
+    (whole,) = play_samples(play(turns=[first, second]), 1.0, CFG, defaultdict(int))
     assert whole.loss_positions == [1, 2, 4] and whole.sampled_logprobs == [-0.2, -0.3, -0.4]
     assert whole.temperature == 1.0 and whole.role == "agent"
     hot = play(turns=[first, second], meta={"temperature": 0.6})
-    assert stage.play_samples(hot, 1.0, CFG, {})[0].temperature == 0.6
+    assert play_samples(hot, 1.0, CFG, {})[0].temperature == 0.6
 
 
 def test_a_play_with_a_turn_without_token_ids_trains_its_other_turns_apart():
     blank = Turn(action="a", prompt_ids=None, completion_ids=[2], logprobs=[0.0])
     good = Turn(action="b", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.1])
     skipped = defaultdict(int)
-    (s,) = stage.play_samples(play(turns=[blank, good]), 1.0, CFG, skipped)
+    (s,) = play_samples(play(turns=[blank, good]), 1.0, CFG, skipped)
     assert s.per_turn and s.ids == [1, 2, 3] and skipped == {"agent_no_token_ids": 1}
-    assert stage.play_samples(play(turns=[blank]), 1.0, CFG, defaultdict(int)) == []
-
-
-def test_plan_steps_epochs_and_units():
-    samples = [stage.Sample.of_turn("agent", [1], [2], [0.0], 0.0, source=f"p{i // 2}")
-               for i in range(6)]
-    steps = stage.plan_steps(samples, stage.Config(epochs=2), seed=1)
-    assert len(steps) == 2 and all(sorted(s) == list(range(6)) for s in steps)
-    steps = stage.plan_steps(samples, stage.Config(batch_size=1), seed=1)
-    assert sorted(map(sorted, steps)) == [[0, 1], [2, 3], [4, 5]]
-    assert stage.plan_steps(samples, stage.Config(batch_size=1), seed=1) == steps  # seeded
-    with pytest.raises(ValueError, match="batch_unit must be one of episode, turn"):
-        stage.plan_steps(samples, stage.Config(batch_unit="token"), seed=0)
+    assert play_samples(play(turns=[blank]), 1.0, CFG, defaultdict(int)) == []
 
 
 @pytest.mark.parametrize("completion,malformed", [
@@ -236,14 +152,7 @@ def test_plan_steps_epochs_and_units():
      '<tool_call>{"name": "g", "arguments": 1}</tool_call>', True),  # the second is bad
 ])
 def test_malformed_tool_call_edges(completion, malformed):
-    assert stage.malformed_tool_call(completion) is malformed
-
-
-def test_approx_kl_and_the_tis_cap_with_a_moved_start_policy():
-    _, _, parts = loss_and_grad(math.exp(0.4), 1.0, old=-2.0, sampled=-2.0)
-    assert parts["approx_kl"] == pytest.approx(0.5 * 0.4 ** 2)
-    _, _, parts = loss_and_grad(1.0, 1.0, old=-1.0, sampled=-1.0, tis_cap=1.0)
-    assert parts["tis_clamped"] == 0.0 and parts["tis_weight"] == 1.0  # at the cap: not past it
+    assert malformed_tool_call(completion) is malformed
 
 
 def test_skips_are_counted_each_and_later_records_still_train():
@@ -260,7 +169,7 @@ def test_skips_are_counted_each_and_later_records_still_train():
     design = Design(completion="y", prompt_ids=[1], completion_ids=[2], logprobs=[-0.5])
     good = [play(reward=1.0, seed=6), play(reward=0.0, seed=7), design,
             Regret(env_id="e", design_id=design.id, designer_advantage=0.5)]
-    samples, skipped = stage.build_samples(records + good, stage.Config(mask_truncated=True))
+    samples, skipped = build_samples(records + good, Config(mask_truncated=True))
     assert skipped == {"agent_timeout_dropped": 2, "agent_no_token_ids": 2,
                        "agent_truncated_masked": 2, "designer_without_design_record": 2,
                        "designer_no_token_ids": 2}
@@ -268,8 +177,8 @@ def test_skips_are_counted_each_and_later_records_still_train():
     malformed = Turn(action="a", completion="<tool_call>x", prompt_ids=[1], completion_ids=[2],
                      logprobs=[0.0])
     skipped = defaultdict(int)
-    stage.play_samples(play(turns=[malformed, malformed]), 1.0,
-                       stage.Config(mask_malformed_tool_calls=True), skipped)
+    play_samples(play(turns=[malformed, malformed]), 1.0,
+                 Config(mask_malformed_tool_calls=True), skipped)
     assert skipped == {"agent_malformed_tool_call_masked": 2}
 
 
@@ -277,7 +186,7 @@ def test_per_turn_samples_carry_the_plays_role_advantage_temperature_and_source(
     first = Turn(action="a", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.3])
     second = Turn(action="b", prompt_ids=[1, 2, 9, 5], completion_ids=[6], logprobs=[-0.6])
     rewritten = play(turns=[first, second], meta={"temperature": 0.6})
-    samples = stage.play_samples(rewritten, -0.75, CFG, defaultdict(int))
+    samples = play_samples(rewritten, -0.75, CFG, defaultdict(int))
     assert [(s.role, s.advantage, s.temperature, s.source) for s in samples] == \
         [("agent", -0.75, 0.6, rewritten.id)] * 2
 
@@ -292,7 +201,7 @@ def test_non_finite_agent_inputs_name_the_record_and_field(records, field, where
 
     records = records()
     with pytest.raises(RecordError, match=rf"field '{field}'") as caught:
-        stage.build_samples(records, CFG)
+        build_samples(records, CFG)
     assert caught.value.where == records[where].id
 
 
@@ -307,21 +216,178 @@ def test_non_finite_designer_inputs_name_the_record_and_field(advantage, logprob
             **{**Regret(env_id="e", design_id=design.id).model_dump(),
                "designer_advantage": advantage})
     with pytest.raises(RecordError, match=rf"field '{field}'") as caught:
-        stage.build_samples([design, regret], CFG)
+        build_samples([design, regret], CFG)
     assert caught.value.where == (regret.id if field == "designer_advantage" else design.id)
-
-
-def test_the_step_plan_is_a_function_of_the_seed():
-    samples = [stage.Sample.of_turn("agent", [1], [2], [0.0], 0.0, source=f"p{i}")
-               for i in range(20)]
-    cfg = stage.Config(batch_size=1)
-    assert stage.plan_steps(samples, cfg, seed=5) == stage.plan_steps(samples, cfg, seed=5)
-    assert stage.plan_steps(samples, cfg, seed=5) != stage.plan_steps(samples, cfg, seed=6)
 
 
 def test_every_masked_turn_of_a_truncated_play_is_counted():
     turn = Turn(action="a", prompt_ids=[1], completion_ids=[2], logprobs=[0.0])
     skipped = defaultdict(int)
-    assert stage.play_samples(play(turns=[turn, turn, turn], truncated=True), 1.0,
-                              stage.Config(mask_truncated=True), skipped) == []
+    assert play_samples(play(turns=[turn, turn, turn], truncated=True), 1.0,
+                        Config(mask_truncated=True), skipped) == []
     assert skipped == {"agent_truncated_masked": 3}
+
+
+def test_a_play_whose_turns_extend_each_other_is_one_sequence():
+    play = multi_turn_play()
+    (episode,) = play_samples(play, 1.0, CFG, {})
+    last = play.turns[-1]
+    assert episode.ids == last.prompt_ids + last.completion_ids and not episode.per_turn
+    # loss on the completions only: the observations between them are context
+    assert [episode.ids[p] for p in episode.loss_positions] == \
+        [tok for t in play.turns for tok in t.completion_ids]
+    assert episode.sampled_logprobs == [lp for t in play.turns for lp in t.logprobs]
+    assert len(episode.ids) < sum(len(s.ids) for s in per_turn(play, 1.0))
+
+
+def test_designer_samples_come_from_regret_and_design_records():
+    design = Design(completion="```python\n...```", prompt_ids=[1, 2], completion_ids=[3, 4],
+                    logprobs=[-0.5, -0.5], meta={"temperature": 0.6})
+    regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=2.5)
+    orphan = Regret(env_id="env_b", design_id="des_missing", designer_advantage=1.0)
+    hinted = Rollout(env_id="env_a", hint=True, turns=[Turn(action="a", prompt_ids=[1],
+                                                            completion_ids=[2], logprobs=[0.0])])
+    samples, skipped = build_samples([design, regret, orphan, hinted], CFG)
+    assert [(s.role, s.advantage, s.temperature) for s in samples] == [("designer", 2.5, 0.6)]
+    assert skipped == {"designer_without_design_record": 1}
+
+
+def repair_conversation(repair_temperature=0.6):
+    """A turn-1 design and its repair whose prompt holds turn 1 token for token."""
+    first = Design(completion="broken", prompt_ids=[1, 2], completion_ids=[3, 4],
+                   logprobs=[-0.1, -0.2], meta={"temperature": 0.6})
+    repair = Design(completion="fixed", prompt_ids=[1, 2, 3, 4, 9], completion_ids=[5, 6],
+                    logprobs=[-0.3, -0.4], turn=2, repairs=first.id, first_turn=first.id,
+                    meta={"temperature": repair_temperature})
+    return first, repair
+
+
+def test_train_repairs_trains_every_designer_turn_of_the_conversation_as_one_sample():
+    first, repair = repair_conversation()
+    turn_one = Regret(env_id="env_a", design_id=first.id, designer_advantage=1.0)
+    (sample,), _ = build_samples([first, repair, turn_one], CFG)
+    assert sample.ids == [1, 2, 3, 4] and sample.loss_positions == [2, 3]  # the default
+    whole = Regret(env_id="env_a", design_id=repair.id, designer_advantage=1.0,
+                   designer_sample="conversation")
+    (sample,), _ = build_samples([first, repair, whole], CFG)
+    assert sample.ids == [1, 2, 3, 4, 9, 5, 6] and sample.loss_positions == [2, 3, 5, 6]
+    assert sample.sampled_logprobs == [-0.1, -0.2, -0.3, -0.4] and sample.source == repair.id
+    hotter = repair_conversation(repair_temperature=1.0)
+    regret = whole.model_copy(update={"design_id": hotter[1].id})
+    samples, _ = build_samples([*hotter, regret], CFG)  # two temperatures: per turn
+    assert [(s.temperature, s.per_turn, s.source) for s in samples] == [
+        (0.6, True, hotter[1].id), (1.0, True, hotter[1].id)]
+    _, skipped = build_samples([repair, whole], CFG)  # turn 1 not among the inputs
+    assert skipped == {"designer_without_design_record": 1}
+
+
+def test_the_agent_role_alone_trains_no_designer_sample_whatever_the_inputs():
+    """What `spade run` gives train-grpo with a separate, frozen designer: `--roles agent`."""
+    design = Design(completion="x", prompt_ids=[1, 2], completion_ids=[3, 4],
+                    logprobs=[-0.5, -0.5])
+    regret = Regret(env_id="env_a", design_id=design.id, designer_advantage=2.5)
+    samples, skipped = build_samples([design, regret],
+                                     Config(roles=("agent",)))
+    assert samples == [] and skipped == {}
+
+
+def test_the_plays_of_an_env_judged_a_shortcut_do_not_train():
+    from stages.records import Judgement
+
+    def play(env_id, reward):
+        return Rollout(env_id=env_id, reward=reward, turns=[Turn(
+            action="a", prompt_ids=[1], completion_ids=[2], logprobs=[0.0])])
+
+    records = [play("env_a", 1.0), play("env_a", 0.0), play("env_b", 1.0), play("env_b", 0.0),
+               Judgement(env_id="env_a", verdict="shortcut")]
+    samples, skipped = build_samples(records, CFG)
+    assert len(samples) == 2 and skipped == {"agent_shortcut_env_dropped": 2}
+
+
+def test_a_play_whose_env_step_raised_trains_with_reward_minus_one():
+    """The reference's env wrapper scores a step that raises -1 and completes the episode: it
+    trains, in its env's group, and moves the other plays' advantages."""
+    from stages import rewards
+
+    plays, broken = env_fault_group()
+    samples, skipped = build_samples(plays + [broken], CFG)
+    assert skipped == {}
+    by_play = {s.source: s for s in samples}
+    assert set(by_play) == {p.id for p in plays + [broken]}
+    expected = rewards.agent_advantages([1.0, 0.0, 1.0, -1.0], CFG.rewards)
+    assert [by_play[p.id].advantage for p in plays + [broken]] == pytest.approx(expected)
+    # its last turn, which has no observation, closes one valid sequence with loss on every
+    # completion the agent wrote
+    sample, last = by_play[broken.id], broken.turns[-1]
+    assert sample.ids == last.prompt_ids + last.completion_ids and not sample.per_turn
+    assert [sample.ids[p] for p in sample.loss_positions] == \
+        [tok for t in broken.turns for tok in t.completion_ids]
+    assert sample.sampled_logprobs == [lp for t in broken.turns for lp in t.logprobs]
+    # without it the ok plays' advantages differ (the old rule, --drop-env-errors)
+    kept, skipped = build_samples(plays + [broken], Config(drop_env_errors=True))
+    assert skipped == {"agent_program_error_dropped": 1}
+    assert [s.source for s in kept] == [p.id for p in plays]
+    assert [s.advantage for s in kept] == pytest.approx(
+        rewards.agent_advantages([1.0, 0.0, 1.0], CFG.rewards))
+    assert [s.advantage for s in kept] != pytest.approx(expected[:3])
+
+
+@pytest.mark.parametrize("outcome", ["timeout", "oom", "output_limit", "env_budget",
+                                     "blacklisted", "sandbox_failure", "internal_error"])
+@pytest.mark.parametrize("drop", [False, True])
+def test_plays_that_hung_or_hit_a_limit_are_dropped_either_way(outcome, drop):
+    plays, broken = env_fault_group(outcome)
+    samples, skipped = build_samples(plays + [broken],
+                                     Config(drop_env_errors=drop))
+    assert [s.source for s in samples] == [p.id for p in plays]
+    assert skipped == {f"agent_{outcome}_dropped": 1}
+    assert [s.advantage for s in samples] == pytest.approx([0.7071067, -1.4142135, 0.7071067])
+
+
+def test_a_program_error_before_the_agent_acted_is_dropped():
+    """A load or reset that raised leaves no turn: a FAILED play, never trained."""
+    plays, _ = env_fault_group()
+    no_turns = crashed(Rollout(env_id="env_m", seed=9))
+    samples, skipped = build_samples(plays + [no_turns], CFG)
+    assert [s.source for s in samples] == [p.id for p in plays]
+    assert skipped == {"agent_program_error_dropped": 1}
+
+
+def test_samples_without_token_ids_are_skipped_and_counted():
+    play = Rollout(env_id="env_a", turns=[Turn(action="a", completion="x")])
+    samples, skipped = build_samples([play], CFG)
+    assert samples == [] and skipped == {"agent_no_token_ids": 1}
+
+
+@pytest.mark.parametrize("completion,malformed", [
+    ('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', False),
+    ('<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call>', False),
+    ("<answer>done</answer>", False),
+    ("\\boxed{up}", False),
+    ('<tool_call>{"name": "f", "arguments": {"x": 1}}', True),  # never closed
+    ("<tool_call>{name: f}</tool_call>", True),
+    ('<tool_call>{"arguments": {}}</tool_call>', True),
+    ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', True),
+])
+def test_malformed_tool_calls_are_recognised_as_the_env_does(completion, malformed):
+    assert malformed_tool_call(completion) is malformed
+
+
+def test_truncated_episodes_and_malformed_calls_can_be_masked():
+    def play(seed, reward, truncated, completion):
+        return Rollout(env_id="env_t", seed=seed, reward=reward, truncated=truncated,
+                       turns=[Turn(action="a", completion=completion, prompt_ids=[1],
+                                   completion_ids=[2], logprobs=[0.0])])
+
+    good = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    plays = [play(0, 1.0, False, good), play(1, 0.0, True, good),
+             play(2, 0.0, False, "<tool_call>oops")]
+    samples, _ = build_samples(plays, CFG)
+    assert len(samples) == 3
+    cfg = Config(mask_truncated=True, mask_malformed_tool_calls=True)
+    samples, skipped = build_samples(plays, cfg)
+    assert [s.source for s in samples] == [plays[0].id]
+    assert skipped == {"agent_truncated_masked": 1, "agent_malformed_tool_call_masked": 1}
+    # masked plays still count in their group: the kept play's advantage is unchanged
+    assert samples[0].advantage == pytest.approx(
+        build_samples(plays, CFG)[0][0].advantage)
