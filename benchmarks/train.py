@@ -10,7 +10,7 @@ What it measures, per episode shape, on one fixed batch of P plays (default 2):
                first prompt of 1,500 tokens: every turn's prompt is the previous prompt plus its
                completion plus the observation, as a chat template renders a conversation.
                Shapes: realistic 6 x (500 + 300), heavy 10 x (1,500 + 500) (the study's cases).
-  spade        `stages.train_grpo.update` on `build_samples` of those plays: one sequence per
+  spade        `stages.train.loop.update` on `build_samples` of those plays: one sequence per
                episode, packed micro-batches of --micro-batch-tokens, logits only at loss
                positions in chunks, one optimizer step.
   per-turn     the path train-grpo had before (main at 9ac5433), rebuilt here as the baseline:
@@ -150,7 +150,7 @@ class Meter:
     """Seconds and peak memory above what was held at the start, with the device drained."""
 
     def __init__(self, torch, device: str):
-        from stages.train_grpo import PeakMemory
+        from stages.train.loop import PeakMemory
 
         self.torch, self.device, self.peak = torch, device, PeakMemory(torch, device)
         self.cuda = device.startswith("cuda")
@@ -201,7 +201,7 @@ class Side:
     """A freshly loaded model and optimizer (the same weights on every side)."""
 
     def __init__(self, model_dir: Path, cfg: Any):
-        from stages.train_grpo import Policy
+        from stages.train.policy import Policy
 
         self.policy = Policy(str(model_dir), cfg)
         self.torch, self.cfg = self.policy.torch, cfg
@@ -209,14 +209,15 @@ class Side:
 
 class SpadeSide(Side):
     def __init__(self, model_dir: Path, cfg: Any, plays: list):
-        from stages import train_grpo
+        from stages.train import loop
+        from stages.train.samples import build_samples
 
         super().__init__(model_dir, cfg)
-        self.stage = train_grpo
-        self.samples, _ = train_grpo.build_samples(plays, cfg)
+        self.stage = loop
+        self.samples, _ = build_samples(plays, cfg)
         # the sampler's logprobs are the model's own, so TIS weights are ~1 (untimed)
         for sample, logp in zip(self.samples,
-                                train_grpo._start_logprobs(self.policy, self.samples, cfg)):
+                                loop._start_logprobs(self.policy, self.samples, cfg)):
             sample.sampled_logprobs = [float(v) for v in logp]
 
     def run(self) -> dict:
@@ -230,7 +231,7 @@ class PerTurnSide(Side):
     """The per-turn path train-grpo had before one sequence per episode (main at 9ac5433)."""
 
     def __init__(self, model_dir: Path, cfg: Any, plays: list, micro_batch: int):
-        from stages.train_grpo import Sample
+        from stages.train.samples import Sample
 
         super().__init__(model_dir, cfg)
         self.samples = [Sample.of_turn("agent", t.prompt_ids, t.completion_ids, t.logprobs,
@@ -270,7 +271,7 @@ class PerTurnSide(Side):
             yield self.samples[first:first + self.micro_batch]
 
     def run(self) -> dict:
-        from stages.train_grpo import token_loss
+        from stages.train.grpo import token_loss
         from trl.trainer.utils import selective_log_softmax
 
         torch, policy = self.torch, self.policy
@@ -306,7 +307,7 @@ class PlainSide(SpadeSide):
         self.budget = budget
 
     def run(self) -> dict:
-        from stages.packing import micro_batches
+        from stages.train.packing import micro_batches
 
         torch, policy = self.torch, self.policy
         total = sum(len(s.loss_positions) for s in self.samples)
@@ -335,7 +336,7 @@ class HeadSide(Side):
         self.of = of
 
     def run(self) -> dict:
-        from stages.packing import head_logprobs, micro_batches
+        from stages.train.packing import head_logprobs, micro_batches
         from trl.trainer.utils import selective_log_softmax
 
         torch, policy = self.torch, self.policy
@@ -373,10 +374,10 @@ def bench_shape(name: str, shape: Shape, model_dir: Path, args: argparse.Namespa
                 device: str) -> dict[str, Any]:
     import torch
 
-    from stages import train_grpo
+    from stages.train.config import Config
 
-    cfg = train_grpo.Config(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens,
-                            gradient_checkpointing=True, device=device)
+    cfg = Config(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens,
+                 gradient_checkpointing=True, device=device)
     config = json.loads((model_dir / "config.json").read_text())
     plays = make_plays(shape, args.plays, config["vocab_size"], args.seed)
     wanted = args.sides or list(SIDES)

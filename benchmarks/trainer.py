@@ -10,7 +10,7 @@ before wrote, as `spade run` chains them):
             --trainer JOBS`, whose client still starts a process (the runner calls it
             in-process, so a real run does not pay that); a round that trains from the
             checkpoint the ranks wrote last starts from their memory.
-Both write the same checkpoints (tests/stages/test_train_ranks.py checks it); the table is the
+Both write the same checkpoints (tests/stages/train/test_ranks.py checks it); the table is the
 seconds a round spends outside its training step.
 
 How to run:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"trainer.py: unavailable: {exc}", file=sys.stderr)
         return EX_UNAVAILABLE
-    from stages import train_ranks
+    from stages.train import ranks as train_ranks
     from stages.models import tiny
 
     with tempfile.TemporaryDirectory(prefix="spade-bench-trainer-") as work:

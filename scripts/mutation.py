@@ -38,35 +38,27 @@ class Target:
     functions: tuple[str, ...] = ()  # empty: the whole module; else function-name globs
 
 
+# The trainer's model-free tests: each of its targets runs them all (mutmut picks, per mutant,
+# the ones that reach its function, and a sample's helpers are reached from the loss's tests)
+TRAINER_TESTS = ("tests/stages/train/test_grpo.py", "tests/stages/train/test_samples.py",
+                 *(f"tests/stages/train/test_loop.py::{t}" for t in (
+                     "test_one_step_per_round_over_whole_episodes_by_default",
+                     "test_plan_steps_epochs_and_units",
+                     "test_the_step_plan_is_a_function_of_the_seed")))
+
 # module -> the test files that cover it (new ones may be missing: they are skipped)
 TARGETS: dict[str, Target] = {
     "stages/rewards.py": Target(("tests/stages/test_rewards.py",
                                  "tests/stages/test_rewards_boundaries.py")),
     "stages/score_regret.py": Target(("tests/stages/test_score_regret.py",
                                       "tests/stages/test_score_regret_boundaries.py")),
-    # the loss and sample code only, and the model-free tests: one with a model takes seconds,
-    # and mutmut's timeouts would make a run of a few hundred mutants take an hour
-    "stages/train_grpo.py": Target(
-        ("tests/stages/test_train_grpo_loss.py",
-         *(f"tests/stages/test_train_grpo.py::{t}" for t in (
-             "test_asymmetric_clip_stops_the_gradient_outside_the_trust_region",
-             "test_tis_weights_clamp_at_the_cap",
-             "test_a_play_whose_turns_extend_each_other_is_one_sequence",
-             "test_loss_norms_match_a_hand_written_reference",
-             "test_sample_norm_weighs_every_episode_alike_however_long",
-             "test_designer_samples_come_from_regret_and_design_records",
-             "test_a_play_whose_env_step_raised_trains_with_reward_minus_one",
-             "test_plays_that_hung_or_hit_a_limit_are_dropped_either_way",
-             "test_a_program_error_before_the_agent_acted_is_dropped",
-             "test_an_extreme_token_adds_exactly_the_clamp_to_the_kl_term",
-             "test_ordinary_tokens_keep_the_unclamped_k3_and_its_gradient",
-             "test_samples_without_token_ids_are_skipped_and_counted",
-             "test_one_step_per_round_over_whole_episodes_by_default",
-             "test_malformed_tool_calls_are_recognised_as_the_env_does",
-             "test_truncated_episodes_and_malformed_calls_can_be_masked"))),
-        ("token_loss", "kl_k3", "loss_weights", "build_samples", "crashed_step",
-         "trained_reward", "play_samples", "turns_extend", "episode_sample",
-         "malformed_tool_call", "plan_steps", "Sample.*")),
+    # the loss, sample and step-plan code only, and the model-free tests: one with a model takes
+    # seconds, and mutmut's timeouts would make a run of a few hundred mutants take an hour
+    "stages/train/grpo.py": Target(TRAINER_TESTS, ("token_loss", "kl_k3", "loss_weights")),
+    "stages/train/samples.py": Target(
+        TRAINER_TESTS, ("build_samples", "crashed_step", "trained_reward", "play_samples",
+                        "turns_extend", "episode_sample", "malformed_tool_call", "Sample.*")),
+    "stages/train/loop.py": Target(TRAINER_TESTS, ("plan_steps",)),
     "sandbox/replies.py": Target(("tests/sandbox/test_replies.py",
                                   "tests/sandbox/test_replies_boundaries.py")),
     "stages/memory.py": Target(("tests/stages/test_memory.py",

@@ -8,18 +8,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRANSFORMERS=5.20.2
-TESTS=(tests/stages/test_train_grpo.py tests/stages/test_train_grpo_loss.py
-       tests/stages/test_packing.py tests/stages/test_attention.py tests/stages/test_offload.py
-       tests/stages/test_checkpoint.py tests/stages/test_parallel.py
-       tests/stages/test_train_ranks.py)
+TESTS=(tests/stages/train/test_loop.py tests/stages/train/test_policy.py
+       tests/stages/train/test_grpo.py tests/stages/train/test_samples.py
+       tests/stages/train/test_packing.py tests/stages/train/test_attention.py
+       tests/stages/train/test_offload.py tests/stages/train/test_checkpoint.py
+       tests/stages/train/test_parallel.py tests/stages/train/test_ranks.py)
 # What these do is torch's alone (rendezvous, offload, rank deaths, a second resident rank):
 # the suite has run them; leaving them out here halves this run. A --deselect is a prefix of
 # the test's id: "[2" names every parametrization with two ranks.
 DESELECT=(test_parallel.py::test_a_two_node_rendezvous_on_loopback_trains_as_one_rank
           test_parallel.py::test_two_offloaded_ranks_make_the_same_update
           test_parallel.py::test_a_killed_rank_is_one_line_and_exit_69_with_no_checkpoint
-          "test_train_ranks.py::test_resident_ranks_train_what_new_processes_train[2"
-          test_train_ranks.py::test_a_trainer_that_dies_is_exit_69)
+          "test_ranks.py::test_resident_ranks_train_what_new_processes_train[2"
+          test_ranks.py::test_a_trainer_that_dies_is_exit_69)
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/spade-test-venvs"
 venv="$cache/venv-transformers-$TRANSFORMERS-$(sha256sum pyproject.toml | cut -c1-12)"
@@ -52,4 +53,4 @@ exec 9>&-
 
 echo "test-versions: the trainer's tests under transformers $TRANSFORMERS, the newest vLLM 0.33 takes"
 PYTHONPATH="$PWD" "$venv/bin/python" -m pytest -q -rs "${TESTS[@]}" \
-  "${DESELECT[@]/#/--deselect=tests/stages/}" "$@"
+  "${DESELECT[@]/#/--deselect=tests/stages/train/}" "$@"

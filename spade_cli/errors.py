@@ -34,7 +34,7 @@ def exit_code_for(exc: BaseException) -> int:
     from stages.backends import BackendUnavailable
     from stages.records import RecordError
     from stages.shards import InputMissing, OutputError
-    from stages.train_grpo import Diverged
+    from stages.train import Diverged
     from stages.trust import Untrusted
 
     if isinstance(exc, (RecordError, Diverged)):  # Diverged: the samples made the loss non-finite

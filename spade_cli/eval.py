@@ -197,7 +197,7 @@ def keep_evaluated(model: str, out: str, suite: str) -> None:
     """Mark a train-grpo checkpoint an eval used, so `train-grpo --keep-last` never prunes it."""
     from pathlib import Path
 
-    from stages.train_grpo import KEEP_FILE, STATE_FILE
+    from stages.train import KEEP_FILE, STATE_FILE
 
     if out != "-" and (Path(model) / STATE_FILE).exists():
         with open(Path(model) / KEEP_FILE, "a") as fh:

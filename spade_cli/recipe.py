@@ -373,9 +373,9 @@ def load(path: str, rounds: int | None = None) -> Recipe:
             if problem:
                 raise RecordError(f"{key}: {problem}", where)
         if command == "train-grpo":
-            from stages import checkpoint
+            from stages.train import refuse_lora_in_server_mode
 
-            checkpoint.refuse_lora_in_server_mode(serve is not None, options, where)
+            refuse_lora_in_server_mode(serve is not None, options, where)
         for key in ("every", "attempts"):
             if not _positive_int(table.get(key, 1)):
                 raise RecordError(f"{key}: expected an integer of at least 1, got "

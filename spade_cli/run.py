@@ -110,12 +110,12 @@ def run(
             execute(recipe, from_round)
 
 
-# -- the memory plan (stages/plan.py) ------------------------------------------------------------
+# -- the memory plan (stages/train/plan.py) ------------------------------------------------------
 
 def recipe_plan(recipe, box) -> tuple[list, object]:
     """The plan's rows for `recipe` on `box`, and the model shape they were computed for."""
     from spade_cli import recipe as recipes
-    from stages import plan
+    from stages.train import plan
     from stages.records import RecordError
 
     path, _ = recipes.model_init_commands(recipe)
@@ -145,7 +145,7 @@ def show_plan(recipe, gpus: int | None, gpu_memory: float | None,
               host_memory: float | None) -> None:
     """`--plan`: the table on stdout; RecordError (exit 65) naming the first stage that does
     not fit."""
-    from stages import plan
+    from stages.train import plan
     from stages.records import RecordError
 
     here = local_gpus() if gpus is None or gpu_memory is None else None
@@ -170,7 +170,7 @@ def print_plan(recipe, rows, shape, box) -> None:
     from rich.text import Text
 
     from spade_cli.terminal import terminal_safe
-    from stages import plan
+    from stages.train import plan
 
     def gib(value: int) -> str:
         return f"{value / plan.GiB:.1f}" if value else "-"
@@ -238,7 +238,7 @@ def check_devices(recipe) -> None:
     memory free on them now; RecordError (exit 65) when a stage does not fit. Nothing to check
     without a CUDA device, or for a model the plan knows no shape of."""
     from spade_cli import summary
-    from stages import plan
+    from stages.train import plan
     from stages.records import RecordError
 
     here = local_gpus()
@@ -563,7 +563,8 @@ class Trainer:
 
     def before(self, argv: list[str]) -> None:
         from spade_cli import summary
-        from stages import train_ranks, trust
+        from stages import trust
+        from stages.train import ranks as train_ranks
 
         if argv[0] != "train-grpo" or (self.ranks and self.ranks.poll() is None):
             return
@@ -581,7 +582,7 @@ class Trainer:
         return self
 
     def __exit__(self, *exc) -> None:
-        from stages import train_ranks
+        from stages.train import ranks as train_ranks
 
         if self.ranks is not None:
             train_ranks.stop(self.ranks, self.jobs)

@@ -108,10 +108,10 @@ def train_grpo(
     from contextlib import nullcontext
     from pathlib import Path
 
-    from stages import parallel, train_ranks
-    from stages.plan import OFFLOADS
+    from stages import train as stage
     from stages.backends import check_model_files
-    from stages import train_grpo as stage
+    from stages.train import OFFLOADS, parallel
+    from stages.train import ranks as train_ranks
     from stages.shards import Stats, emit, read
 
     with errors_to_exit("train-grpo"):

@@ -37,7 +37,7 @@ def trainer(
     from pathlib import Path
 
     from spade_cli.errors import errors_to_exit
-    from stages import train_ranks
+    from stages.train import ranks as train_ranks
 
     with errors_to_exit("trainer"):
         ranks = train_ranks.start(nproc, Path(jobs))

@@ -21,7 +21,7 @@ Backends: `hf` (transformers, CPU or GPU), `vllm` (in-process vllm.LLM, GPU), `o
 OpenAI-compatible server: no token ids), `scripted` (a Python callable; tests and benchmarks).
 Every backend re-renders the whole conversation for every call, so a thinking template that
 drops old <think> blocks yields per-turn prompt ids that are exactly what the model saw.
-A LoRA checkpoint (stages/checkpoint.py: an adapter folder) is served as its base with the
+A LoRA checkpoint (stages/train/checkpoint.py: an adapter folder) is served as its base with the
 adapter applied, never merged: hf through peft, vllm as a LoRA request on the base.
 Seeds: a request gives the engine its seed (`Sampling.engine_seed`) unless `per_request_seed` is
 off; then no engine gets one (hf does not reseed torch, vllm and openai send none).
@@ -147,7 +147,7 @@ def check_local_model(model: str) -> None:
     import os
 
     if os.path.isdir(model):
-        from stages.checkpoint import adapter_base
+        from stages.train import adapter_base
 
         base = adapter_base(model)
         if base is None or os.path.isdir(base) or looks_like_hub_id(base):

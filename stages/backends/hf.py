@@ -27,7 +27,7 @@ import time
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
                              check_local_model, check_model_files, render_prompt,
                              unfit_completion)
-from stages.checkpoint import adapter_base
+from stages.train import adapter_base
 
 log = logging.getLogger(__name__)
 

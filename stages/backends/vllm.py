@@ -38,7 +38,7 @@ from typing import Any
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
                              check_local_model, check_model_files, render_prompt,
                              unfit_completion)
-from stages.checkpoint import adapter_base, adapter_rank
+from stages.train import adapter_base, adapter_rank
 
 # the ranks vLLM's max_lora_rank takes (vllm/config/lora.py, MaxLoRARanks, 0.32)
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

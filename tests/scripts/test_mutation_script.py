@@ -47,10 +47,12 @@ def test_an_entry_without_a_reason_is_refused():
 
 def test_scope_globs_cover_functions_and_methods():
     assert mutation.in_scope("stages.rewards.x_plateau__mutmut_3", "stages/rewards.py")
-    grpo = "stages/train_grpo.py"
-    assert mutation.in_scope("stages.train_grpo.x_token_loss__mutmut_1", grpo)
-    assert mutation.in_scope("stages.train_grpo.x\u01c1Sample\u01c1of_turn__mutmut_2", grpo)
-    assert not mutation.in_scope("stages.train_grpo.x_run__mutmut_1", grpo)  # not loss code
+    assert mutation.in_scope("stages.train.grpo.x_token_loss__mutmut_1", "stages/train/grpo.py")
+    samples = "stages/train/samples.py"
+    assert mutation.in_scope("stages.train.samples.x\u01c1Sample\u01c1of_turn__mutmut_2", samples)
+    loop = "stages/train/loop.py"
+    assert mutation.in_scope("stages.train.loop.x_plan_steps__mutmut_1", loop)
+    assert not mutation.in_scope("stages.train.loop.x_run__mutmut_1", loop)  # not loss code
 
 
 def test_tally_counts_caught_mutants_and_leaves_equivalents_out_of_n():

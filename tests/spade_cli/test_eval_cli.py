@@ -172,16 +172,16 @@ def test_compare_prints_the_papers_table_with_paired_intervals(tmp_path, monkeyp
 
 def test_an_evaluated_checkpoint_is_marked_so_pruning_keeps_it(tmp_path):
     from spade_cli.eval import keep_evaluated
-    from stages import train_grpo
+    from stages import train
 
     ckpt = tmp_path / "ckpt"
     for step in (1, 2, 3):
         (ckpt / f"step-{step:06d}").mkdir(parents=True)
-        (ckpt / f"step-{step:06d}" / train_grpo.STATE_FILE).write_text("{}")
+        (ckpt / f"step-{step:06d}" / train.STATE_FILE).write_text("{}")
     keep_evaluated(str(ckpt / "step-000001"), "runs/x/r00/eval-rg-hard", "rg-hard")
     keep_evaluated(str(tmp_path / "plain-model"), "out", "rg-hard")  # not a checkpoint: no mark
     assert not (tmp_path / "plain-model").exists()
-    train_grpo.prune_checkpoints(str(ckpt), 1)
+    train.prune_checkpoints(str(ckpt), 1)
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-000001", "step-000003"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from stages import rollout, score_regret, train_grpo  # noqa: E402
+from stages import rollout, score_regret, train  # noqa: E402
 from stages.backends import BackendSpec, Sampling, load_backend  # noqa: E402
 from stages.records import Env  # noqa: E402
 from stages.validate import source_hash  # noqa: E402
@@ -32,11 +32,11 @@ def win_rate(model_dir, seed):
 def test_no_hint_win_rate_rises_over_rounds(tiny_model, tmp_path, nsjail_ok):
     before = [win_rate(tiny_model, seed)[0] for seed in (1000, 1001)]
     model = tiny_model
-    cfg = train_grpo.Config(lr=5e-2, batch_size=32, weight_decay=0.0)
+    cfg = train.Config(lr=5e-2, batch_size=32, weight_decay=0.0)
     for round_index in range(5):
         _, plays = win_rate(model, round_index)
         regrets, _ = score_regret.run([ENV, *plays], score_regret.Config(round=round_index))
-        _, checkpoint, info = train_grpo.run(plays + regrets, model, str(tmp_path / "ckpt"), cfg,
+        _, checkpoint, info = train.run(plays + regrets, model, str(tmp_path / "ckpt"), cfg,
                                              round=round_index)
         assert info["roles"]["agent"] == 64
         model = str(checkpoint)

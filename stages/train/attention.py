@@ -1,7 +1,7 @@
 """Attention over packed rows without a [T, T] mask: what train-grpo's models attend with.
 
 In: the query, key and value of one packed row (several sequences side by side, as
-stages/packing.py lays them out) and the row's sequence boundaries (`cu_seq_lens_q`, the
+stages/train/packing.py lays them out) and the row's sequence boundaries (`cu_seq_lens_q`, the
 cumulative lengths: [0, len_1, len_1 + len_2, ..., T]), handed to the model's forward as
 keyword arguments that transformers passes through to every attention layer.
 Out: each sequence's causal attention over itself alone, in the layout transformers' attention
@@ -13,7 +13,7 @@ Guarantees: no [T, T] mask exists and no score across two sequences is computed:
   the call);
 - elsewhere (CPU, fp32, a torch without varlen), one causal `scaled_dot_product_attention` per
   sequence, with grouped KV heads native;
-the numbers equal a forward of each sequence on its own (tests/stages/test_attention.py).
+the numbers equal a forward of each sequence on its own (tests/stages/train/test_attention.py).
 `register(transformers)` adds the function to transformers' AttentionInterface under NAME; a
 model built with `attn_implementation=NAME` then builds no mask at all
 (transformers' masking_utils returns None for an attention it has no mask function for).
@@ -53,7 +53,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
 
     if attention_mask is not None:
         raise ValueError(f"{NAME} attention takes sequence boundaries, not a mask: build the "
-                         f"model's inputs with stages.attention.boundaries")
+                         f"model's inputs with stages.train.attention.boundaries")
     if sliding_window is not None:
         raise NotImplementedError(f"{NAME} attention has no sliding window; this model uses one")
     if dropout:

@@ -3,7 +3,7 @@
 In: training sequences (token ids, the positions whose tokens carry loss, a sampling
 temperature each) and a token budget per micro-batch.
 Out: packed rows (several sequences side by side in one row, each with its own position ids
-from 0 and its boundaries, so that stages/attention.py keeps them apart without a mask: no
+from 0 and its boundaries, so that stages/train/attention.py keeps them apart without a mask: no
 padding), and per-token log p (and entropy) of the loss tokens only.
 Guarantees:
 - a micro-batch holds at most `budget` tokens, except a single sequence longer than that, which
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from stages import attention
+from stages.train import attention
 
 # logits per head call: 2**25 fp32 elements (128 MiB), i.e. 220 positions of Qwen3's 151,936
 # vocabulary; a step's logits peak at about four such tensors, forward or backward
@@ -60,7 +60,7 @@ class Packed:
     targets: object  # [N] those tokens
     temperatures: object  # [N] the sampling temperature of each loss token's sequence
     counts: list[int]  # loss tokens per sequence, in order
-    # where each sequence starts and ends: the keyword arguments of stages/attention.py, which
+    # where each sequence starts and ends: the keyword arguments of stages/train/attention.py, which
     # attends within each sequence with no [T, T] mask
     boundaries: dict
 

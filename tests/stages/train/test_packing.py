@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages import packing  # noqa: E402
+from stages.train import packing  # noqa: E402
 
 
 @dataclass
@@ -27,10 +27,11 @@ def load(tiny_model, attention=None):
 
 @pytest.fixture(scope="module")
 def model(tiny_model):
-    """The tiny model as train-grpo builds it: packed rows attend through stages/attention.py."""
+    """The tiny model as train-grpo builds it: packed rows attend through
+    stages/train/attention.py."""
     import transformers
 
-    from stages.attention import register
+    from stages.train.attention import register
 
     return load(tiny_model, register(transformers))
 

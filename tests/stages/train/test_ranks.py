@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages import train_ranks  # noqa: E402
+from stages.train import ranks as train_ranks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TRAIN = ["--lr", "1e-2", "--micro-batch-tokens", "40"]
@@ -18,7 +18,7 @@ TRAIN = ["--lr", "1e-2", "--micro-batch-tokens", "40"]
 
 @pytest.fixture(scope="module")
 def plays_file(tmp_path_factory):
-    from tests.stages.test_parallel import plays_file as make  # the same six 3-turn plays
+    from tests.stages.train.test_parallel import plays_file as make  # the same six 3-turn plays
 
     return make.__wrapped__(tmp_path_factory)
 

@@ -1,5 +1,5 @@
-"""stages/plan.py: the memory plan's arithmetic, the paper recipes on 8x H100-80GB, and the plan
-against a measured peak on the CPU."""
+"""stages/train/plan.py: the memory plan's arithmetic, the paper recipes on 8x H100-80GB, and the
+plan against a measured peak on the CPU."""
 
 import dataclasses
 import json
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from stages import plan
+from stages.train import plan
 
 GiB = plan.GiB
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # what nvidia-smi reports of an H100-80GB (81,559 MiB) and an H200 (143,771 MiB); 512 GiB of
 # host memory, what the 30B recipes say they need (a DGX H100 node has 2 TiB)
 H100 = plan.Box(8, int(79.6 * GiB), 512 * GiB)
@@ -90,7 +90,7 @@ def test_the_kl_anchor_is_bf16_and_sharded_like_the_policy():
 
 
 def test_logits_are_one_chunk_of_the_head_whatever_the_sequence_length():
-    from stages import packing
+    from stages.train import packing
 
     assert plan.LOGIT_ELEMENTS == packing.LOGIT_ELEMENTS
     shape = plan.QWEN3_4B
@@ -115,7 +115,7 @@ def test_activations_grow_with_the_context_and_checkpointing_keeps_layer_inputs_
 
 
 def test_the_trainer_plans_from_train_grpos_own_defaults():
-    from stages.train_grpo import Config
+    from stages.train import Config
 
     cfg, t = Config(), plan.Trainer()
     assert (t.micro_batch_tokens, t.gradient_checkpointing, t.lora_rank, t.kl_beta) == \

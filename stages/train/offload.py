@@ -9,7 +9,7 @@ moments, as the reference's `--optimizer-cpu-offload` does; the step moves 12 by
 parameter over PCIe, once an optimizer step.
 Guarantees: the update is torch.optim.AdamW's own single-tensor arithmetic, and the state is
 AdamW's (the keys `step`, `exp_avg`, `exp_avg_sq`, sharded like the weights), so a checkpoint
-written under one offload setting resumes under any other (tests/stages/test_offload.py).
+written under one offload setting resumes under any other (tests/stages/train/test_offload.py).
 This module imports torch: import it where a trainer is being built.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.optim.adamw import adamw
 
-from stages import parallel
+from stages.train import parallel
 
 HOST = "cpu"
 

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages import attention  # noqa: E402
+from stages.train import attention  # noqa: E402
 from stages.records import Rollout, Turn  # noqa: E402
 
 LENGTHS = [7, 1, 12, 5]  # one sequence of a single token: a boundary case of causal masks
@@ -88,7 +88,7 @@ def test_the_trainers_model_attends_packed_and_its_export_names_no_such_attentio
     """The export is what engines load: it must not ask for an attention only spade has."""
     import transformers
 
-    from stages import checkpoint
+    from stages.train import checkpoint
 
     model, buffers = checkpoint.skeleton(torch, transformers, tiny_model, torch.float32)
     assert model.config._attn_implementation == attention.NAME

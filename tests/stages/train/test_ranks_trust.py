@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spade_cli.app import app
-from stages import train_grpo, train_ranks
+from stages import train
+from stages.train import ranks as train_ranks
 from stages.records import RecordError, Rollout, Train, Turn, dumps
 from stages.shards import OutputError
 
@@ -46,7 +47,7 @@ def planted_jobs(path, mode=0o700, owner=None):
 def refused(path, mode=0o700, owner=None):
     jobs, marker = planted_jobs(path, mode, owner)
     with pytest.raises(Exception) as caught:
-        train_ranks.submit(jobs, [], "model", "ckpt", train_grpo.Config(), 0, wait=1)
+        train_ranks.submit(jobs, [], "model", "ckpt", train.Config(), 0, wait=1)
     assert not marker.exists(), "the planted pickle ran"
     return caught.value
 
@@ -99,7 +100,7 @@ def test_a_new_jobs_folder_is_made_private(tmp_path):
 
 
 def test_jobs_and_outcomes_are_json_that_round_trips(tmp_path):
-    cfg = train_grpo.Config(lr=1e-3, roles=("agent",), betas=(0.8, 0.9))
+    cfg = train.Config(lr=1e-3, roles=("agent",), betas=(0.8, 0.9))
     spec = tmp_path / "spec.job"
     spec.write_bytes(train_ranks.job([PLAY], "m", "c", cfg, 3))
     assert train_ranks.read_job(spec) == ([PLAY], "m", "c", cfg, 3)
@@ -110,7 +111,7 @@ def test_jobs_and_outcomes_are_json_that_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("raised, code", [
-    (train_grpo.Diverged("loss is nan"), 65),
+    (train.Diverged("loss is nan"), 65),
     (RecordError("field 'x': bad", "a.jsonl:3"), 65),
     (OutputError("ckpt: cannot write the output: disk full", 74), 74),
     (KeyError("surprise"), 1),  # an unknown type: a bug, as in one process

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stages.offload import HostAdamW  # noqa: E402
+from stages.train.offload import HostAdamW  # noqa: E402
 
 SETTINGS = dict(lr=1e-2, betas=(0.9, 0.98), weight_decay=0.1)
 

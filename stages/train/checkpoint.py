@@ -1,7 +1,7 @@
 """train-grpo's checkpoints: how a step's ranks build the policy, fill it, and write it back.
 
 In: a model directory (the initial model, or a checkpoint an earlier step wrote); the policy
-(whole, or sharded by stages/parallel.py) and its optimizer.
+(whole, or sharded by stages/train/parallel.py) and its optimizer.
 Out: `step-NNNNNN/`, holding
 - the export, what engines and every backend load: HF config, tokenizer and safetensors
   weights in the dtype the policy computes in (bf16 on a GPU, fp32 elsewhere), written by the
@@ -22,7 +22,7 @@ master weights, never from the export (a bf16 export would swallow a 1e-6 update
 built with its parameters on the meta device and filled once, so no rank holds a full copy it
 then throws away: trainer state is read shard by shard; a model without it (the initial model)
 is read by the main rank and broadcast into the shards. The anchor and the LoRA base are read
-from the export. A resident trainer (stages/train_ranks.py) fills the next round's policy (and
+from the export. A resident trainer (stages/train/ranks.py) fills the next round's policy (and
 KL anchor) from the host copy it kept of the checkpoint it wrote (and of the anchor), not from
 disk, and lets each part of that copy go once it is in the model. Checkpoints from before `trainer/` (an optimizer.pt beside fp32 weights) still
 resume with their optimizer state. Under a write root (`spade run`) a checkpoint is never
@@ -38,7 +38,8 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from stages import attention, parallel, trust
+from stages import trust
+from stages.train import attention, parallel
 
 TRAINER_DIR = "trainer"
 STATE_FILE = "trainer_state.json"
@@ -65,7 +66,7 @@ def parameters_on_meta(torch):
 
 def skeleton(torch, transformers, model_dir: str, dtype):
     """The model of `model_dir` with meta parameters and real buffers, and those buffers. It
-    attends over packed rows through stages/attention.py (no [T, T] mask)."""
+    attends over packed rows through stages/train/attention.py (no [T, T] mask)."""
     config = transformers.AutoConfig.from_pretrained(model_dir)
     with parameters_on_meta(torch):
         model = transformers.AutoModelForCausalLM.from_config(

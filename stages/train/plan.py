@@ -10,7 +10,7 @@ activations, logits, KV cache), the peak of those per GPU, the bytes it may use,
 it needs on the node, and whether it fits; `first_misfit` names the first stage that does not.
 Guarantees: arithmetic only (no torch, nothing allocated), the same for a `--plan` and for the
 check a real run makes against its own devices before round 0. The trainer's numbers follow what
-train-grpo allocates (stages/train_grpo.py, stages/parallel.py, stages/packing.py) for the
+train-grpo allocates (stages/train/: policy.py, loop.py, parallel.py, packing.py) for the
 longest micro-batch a recipe can make; `benchmarks/plan.py` holds them against measured peaks
 (on CPU, fp32: 0.95x to 1.07x of train-grpo's peak for the tiny model and SmolLM2-135M, with
 and without gradient checkpointing); the bf16 terms of a GPU are worked out from the code.
@@ -25,7 +25,7 @@ What the trainer's numbers model, per GPU:
 - activations: per micro-batch of T tokens, each layer's input (with gradient checkpointing)
   plus one layer's saved tensors and its backward's gradients, or every layer's saved tensors
   (without); T is the longer of the recipe's `micro-batch-tokens` (packed rows attend without
-  a mask: stages/attention.py) and its context length (one sequence alone);
+  a mask: stages/train/attention.py) and its context length (one sequence alone);
 - logits: the output head's chunk (packing.LOGIT_ELEMENTS // vocabulary positions) in fp32, two
   copies of it; in the backward also the head's weight gradient, summed in fp32;
 - the peak is the weights, grads and optimizer plus the largest of what comes and goes: the
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 GiB = 2 ** 30
-LOGIT_ELEMENTS = 2 ** 25  # stages/packing.py's chunk of the output head (kept equal by a test)
+LOGIT_ELEMENTS = 2 ** 25  # stages/train/packing.py's chunk of the head (kept equal by a test)
 # per GPU, beside what is computed here: the CUDA context, NCCL's buffers and the caching
 # allocator's fragmentation (a few hundred MiB each; not computed)
 RESERVE = 2 * GiB
@@ -182,7 +182,7 @@ def _qwen3(name: str, layers: int, hidden: int, intermediate: int, heads: int, k
 
 # The paper's models, from their published config.json files (huggingface.co/Qwen/<name>), for
 # a recipe planned before its model directory exists. Parameter counts: 4.02B, 8.19B, 30.5B
-# (3.35B active); tests/stages/test_plan.py checks them.
+# (3.35B active); tests/stages/train/test_plan.py checks them.
 QWEN3_4B = _qwen3("Qwen3-4B-Instruct-2507", 36, 2560, 9728, 32, 8, tied=True)
 QWEN3_8B = _qwen3("Qwen3-8B", 36, 4096, 12288, 32, 8, tied=False)
 QWEN3_30B = _qwen3("Qwen3-30B-A3B-Instruct-2507", 48, 2048, 6144, 32, 4, tied=False,
@@ -281,15 +281,15 @@ class Trainer:
     @property
     def fsdp(self) -> bool:
         """FSDP2 holds the model: several ranks, or one that offloads it all
-        (stages/parallel.py)."""
+        (stages/train/parallel.py)."""
         return not self.lora_rank and (self.nproc > 1 or self.offload == "all" or self.sharded)
 
 
 def saved_per_token(shape: Shape, residual: int, compute: int) -> int:
     """Bytes one decoder layer keeps for its backward, per token, under eager autograd (HF's
-    Llama/Qwen layers, stages/attention.py's attention, grouped KV heads kept as they are: torch
-    2.13 on). `residual`, `compute`: bytes of an element of the residual stream and of what the
-    matmuls produce (4 and 2 under autocast over fp32 weights)."""
+    Llama/Qwen layers, stages/train/attention.py's attention, grouped KV heads kept as they are:
+    torch 2.13 on). `residual`, `compute`: bytes of an element of the residual stream and of what
+    the matmuls produce (4 and 2 under autocast over fp32 weights)."""
     h, q, kv = shape.hidden, shape.q_dim, shape.kv_dim
     # each autocast op casts its input anew: q, k, v (and gate, up) keep a bf16 copy each
     cast = residual != compute
@@ -320,7 +320,7 @@ def backward_per_token(shape: Shape, residual: int, compute: int) -> int:
 
 
 def logits_bytes(shape: Shape, positions: int) -> int:
-    """The output head over one chunk of loss positions (stages/packing.py), forward or
+    """The output head over one chunk of loss positions (stages/train/packing.py), forward or
     backward: fp32 logits and one more fp32 copy beside them (logsumexp's, the entropy's or the
     gradient's; the head's output in bf16 is gone by then)."""
     chunk = min(positions, max(1, LOGIT_ELEMENTS // shape.vocab))
@@ -365,8 +365,8 @@ def micro_batch_memory(shape: Shape, t: Trainer, tokens: int, residual: int,
 
 
 def head_gradient_bytes(shape: Shape, t: Trainer, compute: int) -> int:
-    """What the head's backward adds beside its logits (stages/packing.py): the fp32 sum of its
-    weight gradient over the chunks, the weight in the compute dtype where autocast casts it
+    """What the head's backward adds beside its logits (stages/train/packing.py): the fp32 sum of
+    its weight gradient over the chunks, the weight in the compute dtype where autocast casts it
     (one GPU, fp32 weights), and the sum handed back in the weight's dtype (bf16 under FSDP2,
     where the sum itself is not the weight's dtype)."""
     if t.lora_rank:
