@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,9 +224,7 @@ def past_the_door(found: list[Import], root: Path = ROOT) -> list[tuple[Import, 
 
 def picture(found: list[Import], root: Path = ROOT) -> str:
     known = modules(root)
-    counts: dict[str, int] = {}
-    for name in known:
-        counts[package_of(name, known)] = counts.get(package_of(name, known), 0) + 1
+    counts = Counter(package_of(name, known) for name in known)
     top: dict[str, set[str]] = {p: set() for p in counts}
     lazy: dict[str, set[str]] = {p: set() for p in counts}
     for imp in found:
