@@ -19,6 +19,8 @@ seeds:
     mv stages/seed_library/envs.jsonl.tmp stages/seed_library/envs.jsonl
     spade seeds --starter | spade validate --seed 0 > stages/seed_library/starter/envs.jsonl.tmp
     mv stages/seed_library/starter/envs.jsonl.tmp stages/seed_library/starter/envs.jsonl
+    spade seeds --examples | spade validate --seed 0 > stages/seed_library/examples/envs.jsonl.tmp
+    mv stages/seed_library/examples/envs.jsonl.tmp stages/seed_library/examples/envs.jsonl
 
 # Regenerate docs/cli.md from every command's --help (tests/scripts/test_cli_docs.py checks it).
 cli-docs:

@@ -1071,12 +1071,13 @@ def memory_seed_command(recipe: Recipe) -> list[str]:
 
 
 def shipped_shards() -> dict[str, str]:
-    """The env shards a recipe names as `{seeds}` (the seed library) and `{starter}` (the starter
-    tier), relative like every other path of a pipeline when they lie under the working
+    """The env shards a recipe names as `{seeds}` (the seed library), `{starter}` (the starter
+    tier) and `{examples}` (the examples tier), relative like every other path of a pipeline when they lie under the working
     directory (a checkout), else absolute (an installed package)."""
     from stages import seed_library
 
-    shards = {"seeds": seed_library.ENV_SHARD, "starter": seed_library.STARTER_SHARD}
+    shards = {"seeds": seed_library.ENV_SHARD, "starter": seed_library.STARTER_SHARD,
+              "examples": seed_library.EXAMPLES_SHARD}
     return {name: str(path) if os.path.relpath(path).startswith("..") else os.path.relpath(path)
             for name, path in shards.items()}
 

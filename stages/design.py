@@ -139,6 +139,8 @@ CHECK_MEANINGS = {
     "extract": "the answer holds the whole module in one ```python code block",
     "parse": "the module is valid Python",
     "truncated": "the answer ends before the token limit: write a shorter module",
+    "copy": "the module is your own design, not an example of the prompt with other names or "
+            "numbers",
     "structure": "one class whose name ends in Env, allowed imports only, every method in the "
                  "class body, nothing changed on a class afterwards",
     "load": "the module runs, the class builds with no arguments, max_turns is an int of at "

@@ -8,7 +8,8 @@ Out: memory records (newest last, at most `cap`), and for one design prompt: pos
 (same skill, win rate in the learnable band, highest regret) and one negative example (same
 skill, too easy or too hard).
 Guarantees: deterministic for a seed; the store never exceeds `cap`; a snippet is at most
-`snippet_chars` of the env's source; negatives are named by class only. A run's memory starts
+`snippet_chars` of the env's source; negatives are named by class only. `copied_example` reads
+the examples back out of a prompt `describe` wrote, and says which one a design copies. A run's memory starts
 empty (the paper); seeding it from env shards (`spade memory seed`, a recipe's `memory_seed`)
 stores them with win 0.5 and regret 0, so they serve as positives until real envs replace them.
 """
@@ -16,6 +17,7 @@ stores them with win 0.5 and regret 0, so they serve as positives until real env
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -23,6 +25,8 @@ from stages.records import Env, Memory, Regret
 
 CAP = 200
 SNIPPET_CHARS = 2000
+# A design at least this share of whose code lines are lines of one example shown is a copy.
+COPY_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,3 +91,21 @@ def describe(positives: list[Memory], negatives: list[Memory]) -> tuple[str, str
                 "how they are built and how hard they are, then design a new game of your own: "
                 "not one of these again with other names or numbers." + good)
     return good, bad
+
+
+SHOWN_EXAMPLE = re.compile(r"^### Example (\d+) \(skill: [^\n]*\n```python\n(.*?)\n```$",
+                           re.S | re.M)
+
+
+def copied_example(source: str, prompt: str) -> tuple[int, int, int] | None:
+    """(example number, lines shared, lines of the module) for the example of the prompt (as
+    `describe` wrote it) that a module mostly repeats, else None. Lines are compared stripped,
+    blank ones left out: the copy of an example under other names or numbers still shares
+    most of its lines, a new design shares its imports and a few signatures."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    for found in SHOWN_EXAMPLE.finditer(prompt):
+        shown = {line.strip() for line in found.group(2).splitlines() if line.strip()}
+        shared = sum(line in shown for line in lines)
+        if lines and shared >= COPY_SHARE * len(lines):
+            return int(found.group(1)), shared, len(lines)
+    return None

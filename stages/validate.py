@@ -4,7 +4,8 @@ In: design/v1 records (a model's answer holding a ```python block), or hand-writ
 files turned into design records by `designs_from_files`.
 Out: for each design, in input order, exactly one record: an `env` (source, class name, domain,
 skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
-first failing check (sandbox/contract.py CHECKS) and why. A design made from a file names it in
+first failing check (sandbox/contract.py CHECKS, or `copy`: the module mostly repeats a memory
+example its prompt showed, stages/memory.py `copied_example`) and why. A design made from a file names it in
 `meta.source_file`, and so do its env or validation record. An env without `solution()` (the
 reference code's multi-turn game template has none) passed every check but the oracle, which
 could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
@@ -55,6 +56,7 @@ from sandbox.jail import Sandbox
 from stages import trivial
 from stages.executor import Executor, LocalExecutor
 from stages.isolation import INTERNAL, isolated
+from stages.memory import copied_example
 from stages.records import (Design, Env, Failure, Record, RecordError, Validation, derive_seed,
                             designer_turn, program_hash as source_hash)
 from stages.shards import Stats
@@ -124,6 +126,7 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
             source, dropped = drop_restated_base(source)
             if dropped:
                 meta["validation"]["dropped_base_class"] = True
+        not_its_own(source, design)
     except ContractError as exc:
         return reject(truncated(design, exc) or exc)
     try:
@@ -149,6 +152,23 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
     return Env(domain=facts.domain, skill=design.skill, class_name=facts.class_name,
                source=source, source_hash=source_hash(source), max_turns=facts.max_turns,
                tools=facts.tools, parents=[design.id], policy=design.policy, meta=meta)
+
+
+def not_its_own(source: str, design: Design) -> None:
+    """ContractError `copy` when the module mostly repeats a memory example its prompt showed:
+    such an env is not the designer's, and paying it would pay copying (a small designer given
+    worked examples copies them: the 1.5B coder did in 12 of 12 game designs)."""
+    prompt = design.prompt or ""
+    if isinstance(prompt, list):  # a repair's conversation: the examples are in a user turn
+        prompt = "\n".join(str(turn.get("content", "")) for turn in prompt
+                           if turn.get("role") == "user")
+    copied = copied_example(source, prompt)
+    if copied:
+        number, shared, lines = copied
+        what = "game" if design.domain == "game" else "task"
+        raise ContractError("copy", f"{shared} of the module's {lines} lines are lines of "
+                                    f"Example {number} of the prompt: the examples show how an "
+                                    f"env is built, design a new {what} of your own")
 
 
 def design_meta(design: Design) -> dict:

@@ -10,6 +10,11 @@ The starter tier is three one-turn games answered with a, b or c (the reply's fi
 1 for the right option, 0 for another, -1 for none): the quickstart's env pool, because a tiny
 random model learns that answer format within a few GRPO updates. They are not part of the
 library proper (`files()` leaves them out), so not in the tiny tokenizer's training text either.
+
+The examples tier (`examples/games`, `examples/tool_use`) is one short env per skill, each whole
+in under 2,000 characters (the memory's snippet cut): worked examples for a small designer's
+prompt, seeded into the memory at round 0 (`spade seeds --examples`, `memory_seed =
+"{examples}"`). The library proper's envs are 6-14k characters, so a snippet shows a cut class.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from stages.records import Design
 HERE = Path(__file__).parent
 ENV_SHARD = HERE / "envs.jsonl"
 STARTER_SHARD = HERE / "starter" / "envs.jsonl"
+EXAMPLES_SHARD = HERE / "examples" / "envs.jsonl"
+FOLDERS = {"game": "games", "tool_use": "tool_use"}
 
 
-def files(domain: str | None = None) -> list[Path]:
-    folders = {"game": "games", "tool_use": "tool_use"}
-    chosen = [folders[domain]] if domain else list(folders.values())
-    return [path for folder in chosen for path in sorted((HERE / folder).glob("*.py"))]
+def files(domain: str | None = None, tier: Path = HERE) -> list[Path]:
+    chosen = [FOLDERS[domain]] if domain else list(FOLDERS.values())
+    return [path for folder in chosen for path in sorted((tier / folder).glob("*.py"))]
+
+
+def example_files(domain: str | None = None) -> list[Path]:
+    return files(domain, HERE / "examples")
 
 
 def starter_files() -> list[Path]:

@@ -25,6 +25,18 @@ def test_seeds_prints_one_design_per_file():
     assert all(orjson.loads(line)["kind"] == "design" for line in lines)
 
 
+def test_seeds_examples_prints_the_examples_tier_and_one_tier_at_a_time():
+    result = runner.invoke(app, ["seeds", "--examples", "--domain", "tool_use"])
+    assert result.exit_code == 0, result.stderr
+    records = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [r["meta"]["source_file"] for r in records] == \
+        [str(p.relative_to(seed_library.HERE)) for p in seed_library.example_files("tool_use")]
+    assert len(records) == 6 and {r["domain"] for r in records} == {"tool_use"}
+    both = runner.invoke(app, ["seeds", "--examples", "--starter"])
+    assert both.exit_code == 2 and both.stdout == ""
+    assert "--starter and --examples" in both.stderr and both.stderr.count("\n") == 1
+
+
 def test_validate_stdin_to_stdout_matches_shipped_shard(nsjail_ok):
     result = runner.invoke(app, ["validate", "--seed", "0", "-"], input=seeds_jsonl())
     assert result.exit_code == 0, result.stderr

@@ -359,3 +359,35 @@ def test_a_tool_use_solution_built_with_call_and_finish_is_accepted(nsjail_ok):
     accepted, rejected = stage.run(designs, stage.Config(), Stats())
     assert accepted.kind == "env" and "<tool_call>" not in accepted.source
     assert rejected.check == "structure" and "call" in rejected.error.msg
+
+
+def prompt_showing(*examples) -> str:
+    """A design prompt whose memory shows these envs, as the design stage writes it."""
+    from stages import memory
+
+    good, _ = memory.describe(memory.seed(examples), [])
+    return f"Write a new game.\n\n## Environments from earlier rounds\n{good}\nAnswer."
+
+
+def test_a_design_that_repeats_an_example_of_its_prompt_is_a_copy_reject(nsjail_ok):
+    shown = [e for e in read([str(seed_library.EXAMPLES_SHARD)]) if e.domain == "game"][:2]
+    renamed = shown[1].source.replace(shown[1].class_name, "MyOwnEnv").replace("5", "6")
+    asked = prompt_showing(*shown)
+    conversation = [{"role": "user", "content": asked}, {"role": "assistant", "content": "..."},
+                    {"role": "user", "content": "Your module was rejected: fix it."}]
+    fresh, repair = (stage.validate_one(Design(completion=f"```python\n{renamed}```",
+                                               prompt=prompt), stage.Config(seed=0))
+                     for prompt in (asked, conversation))
+    assert fresh.check == repair.check == "copy"  # a repair that copies is no repair either
+    record = fresh
+    assert re.fullmatch(r"\d+ of the module's \d+ lines are lines of Example 2 of the prompt: "
+                        r"the examples show how an env is built, design a new game of your own",
+                        record.error.msg)
+
+
+def test_a_design_of_its_own_beside_examples_is_accepted(nsjail_ok):
+    shown = [e for e in read([str(seed_library.EXAMPLES_SHARD)]) if e.domain == "game"][:2]
+    own = seed_library.files("game")[0].read_text()
+    record = stage.validate_one(Design(completion=f"```python\n{own}```",
+                                       prompt=prompt_showing(*shown)), stage.Config(seed=0))
+    assert isinstance(record, Env), record.error
