@@ -27,3 +27,23 @@ def test_every_shipped_prompt_renders():
         names = set(prompts.PLACEHOLDER.findall(path.read_text()))
         text = prompts.render(path.stem, **{n: f"<{n}>" for n in names})
         assert "{{" not in text
+
+
+@pytest.mark.parametrize("name", ["designer_game", "designer_tool_use"])
+def test_the_designer_prompts_sketch_a_module_that_parses_and_reads_a_boxed_move(name):
+    """What a small designer copies first is the sketch: it must be Python, its strings with a
+    backslash raw, and (games) its pattern must read the move out of a real reply."""
+    import ast
+    import re
+
+    sketch = re.search(r"```python\n(.*?)```", prompts.template(name), re.S).group(1)
+    tree = ast.parse(sketch)
+    assert [type(node).__name__ for node in tree.body][-1] == "ClassDef"
+    assert all(isinstance(node, (ast.Import, ast.ImportFrom, ast.ClassDef)) for node in tree.body)
+    backslashed = [node for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and "\\" in str(node.value)]
+    for node in backslashed:
+        assert ast.get_source_segment(sketch, node).startswith(("r", "rf")), node.value
+    if name == "designer_game":
+        pattern = re.search(r'BOXED = re\.compile\((r".*?")\)', sketch).group(1)
+        assert re.compile(ast.literal_eval(pattern)).findall(r"I go \boxed{north}") == ["north"]
