@@ -47,3 +47,5 @@ def test_the_designer_prompts_sketch_a_module_that_parses_and_reads_a_boxed_move
     if name == "designer_game":
         pattern = re.search(r'BOXED = re\.compile\((r".*?")\)', sketch).group(1)
         assert re.compile(ast.literal_eval(pattern)).findall(r"I go \boxed{north}") == ["north"]
+        action = re.search(r"return \[(rf\".*?\") for move in moves\]", sketch).group(1)
+        assert eval(action, {"move": "north"}) == r"\boxed{north}"  # one backslash, as typed
