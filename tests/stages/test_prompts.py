@@ -47,5 +47,17 @@ def test_the_designer_prompts_sketch_a_module_that_parses_and_reads_a_boxed_move
     if name == "designer_game":
         pattern = re.search(r'BOXED = re\.compile\((r".*?")\)', sketch).group(1)
         assert re.compile(ast.literal_eval(pattern)).findall(r"I go \boxed{north}") == ["north"]
-        action = re.search(r"return \[(rf\".*?\") for move in moves\]", sketch).group(1)
+        action = re.search(r"return \[(.*?) for move in moves\]", sketch).group(1)
         assert eval(action, {"move": "north"}) == r"\boxed{north}"  # one backslash, as typed
+
+
+@pytest.mark.parametrize("domain", ["game", "tool_use"])
+def test_the_design_stage_fills_every_placeholder_of_its_prompt(domain):
+    import random
+
+    from stages import design
+
+    cfg = design.Config(domain=domain)
+    skill = design.active_skills(domain, 0, 1)[0]
+    text, _, _ = design.prompt_for(design.Slot(0, 0, skill), None, [], cfg, random.Random(0))
+    assert "{{" not in text and skill in text  # render raises on a value it was not given
