@@ -5,8 +5,8 @@ files turned into design records by `designs_from_files`.
 Out: for each design, in input order, exactly one record: an `env` (source, class name, domain,
 skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
 first failing check (sandbox/contract.py CHECKS, or `copy`: the module mostly repeats a memory
-example its prompt showed, stages/memory.py `copied_example`) and why. A design made from a file names it in
-`meta.source_file`, and so do its env or validation record. An env without `solution()` (the
+example its prompt showed, stages/memory.py `copied_example`) and why. A design made from a
+file names it in `meta.source_file`, and so do its env or validation record. An env without `solution()` (the
 reference code's multi-turn game template has none) passed every check but the oracle, which
 could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
 in `Stats.extra["envs_without_oracle"]`. A repair's verdict says which designer turn wrote it
