@@ -22,7 +22,9 @@ class VaultEnv:
         if guess == f"open {self.code}":
             return "Open.", 1.0, True, False, {}
         if VaultEnv.episodes == 1:
-            time.sleep(1.9)  # the corpus runs with a 2 s turn deadline
+            # under the corpus's 2 s turn deadline with room for a loaded machine's jail
+            # overhead (1.9 s timed out under load), and 7 turns of it pass the 10 s env budget
+            time.sleep(1.5)
         return "Nothing happens.", 0.0, False, False, {}
 
     def solution(self):
