@@ -234,6 +234,20 @@ def test_a_repair_that_copies_its_parent_is_asked_again_hotter():
     assert repair.meta["temperature"] == stage.COPY_TEMPERATURE
 
 
+def test_a_repair_names_an_exception_the_env_raised_as_the_failure_not_the_checks_rule():
+    design = next(stage.run(ScriptedBackend(broken_until_told), DOCS, [], stage.Config(batch=1),
+                            stage.fresh_slots(stage.Config(batch=1))))
+    def told(message: str) -> str:
+        reject = Validation(check="determinism", slot=0, attempt=0, skill=design.skill,
+                            parents=[design.id], error={"type": "determinism", "msg": message})
+        return stage.repair_message(design, reject, stage.Config())
+
+    crashed = "step raised NameError: name 'nx' is not defined (env.py:9: return nx.path(g))"
+    assert "step() raised NameError" in told(crashed) and crashed in told(crashed)
+    assert stage.CHECK_MEANINGS["determinism"] not in told(crashed)  # not sent after its seeds
+    assert stage.CHECK_MEANINGS["determinism"] in told("seed 3 gave two observations")
+
+
 def test_a_repair_needs_the_design_it_repairs():
     cfg = stage.Config(max_attempts=2)
     reject = Validation(check="parse", slot=0, attempt=0, skill="spatial", parents=["des_x"])
