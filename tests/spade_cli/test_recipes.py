@@ -23,7 +23,7 @@ EXPECTED = {
     "smollm2-cpu": (["model", *SPADE], []),
     # one round, no training: served, so no trainer ranks are started either
     "coder-cpu": (["model", "design", "validate", "hint", "rollout", "score-regret"],
-                  ["+spade model coder", "+--max-tokens 3000", "+--python /",
+                  ["+spade model coder", "+--max-tokens 2000", "+--python /",
                    "-spade trainer"]),
     "qwen3-4b-games": (SPADE, ["+MODEL=/models/Qwen3-4B-Instruct-2507", "+--band 0.4 0.6",
                                "+--every 4", "+--kl-beta 0.0", "+--corpus-words 6000",
