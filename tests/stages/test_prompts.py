@@ -31,14 +31,17 @@ def test_every_shipped_prompt_renders():
 
 @pytest.mark.parametrize("name", ["designer_game", "designer_tool_use"])
 def test_the_designer_prompts_sketch_a_module_that_parses_and_reads_a_boxed_move(name):
-    """What a small designer copies first is the sketch: it must be Python, its strings with a
-    backslash raw, and (games) its pattern must read the move out of a real reply."""
+    """What a small designer copies first is the sketch: it must be Python, its class name a
+    placeholder, its strings with a backslash raw, and (games) its pattern must read the move
+    out of a real reply."""
     import ast
     import re
 
     sketch = re.search(r"```python\n(.*?)```", prompts.template(name), re.S).group(1)
     tree = ast.parse(sketch)
     assert [type(node).__name__ for node in tree.body][-1] == "ClassDef"
+    # a themed name is copied as the theme (12 of 12 coder tool-use designs kept OrderDeskEnv)
+    assert tree.body[-1].name.startswith("NameOfYour"), tree.body[-1].name
     assert all(isinstance(node, (ast.Import, ast.ImportFrom, ast.ClassDef)) for node in tree.body)
     backslashed = [node for node in ast.walk(tree)
                    if isinstance(node, ast.Constant) and "\\" in str(node.value)]
