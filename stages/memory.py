@@ -10,8 +10,9 @@ skill, too easy or too hard).
 Guarantees: deterministic for a seed; the store never exceeds `cap`; a snippet is at most
 `snippet_chars` of the env's source; negatives are named by class only. `copied_example` reads
 the examples back out of a prompt `describe` wrote, and says which one a design copies. A run's
-memory starts empty (the paper); seeding it from env shards (`spade memory seed`, a recipe's `memory_seed`)
-stores them with win 0.5 and regret 0, so they serve as positives until real envs replace them.
+memory starts empty (the paper); seeding it from env shards (`spade memory seed`, a recipe's
+`memory_seed`) stores them with win 0.5 and regret 0, so they serve as positives until real envs
+replace them.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ Out: for each design, in input order, exactly one record: an `env` (source, clas
 skill, max turns, tools, source hash; parent = the design) or a `validation` reject naming the
 first failing check (sandbox/contract.py CHECKS, or `copy`: the module mostly repeats a memory
 example its prompt showed, stages/memory.py `copied_example`) and why. A design made from a
-file names it in `meta.source_file`, and so do its env or validation record. An env without `solution()` (the
-reference code's multi-turn game template has none) passed every check but the oracle, which
-could not run: its record says so in `meta.oracle = "none"`, and the stage counts these envs
-in `Stats.extra["envs_without_oracle"]`. A repair's verdict says which designer turn wrote it
-and the conversation's turn-1 design (`meta.design = {"turn", "first_turn"}`), and
+file names it in `meta.source_file`, and so do its env or validation record. An env without
+`solution()` (the reference code's multi-turn game template has none) passed every check but the
+oracle, which could not run: its record says so in `meta.oracle = "none"`, and the stage counts
+these envs in `Stats.extra["envs_without_oracle"]`. A repair's verdict says which designer turn
+wrote it and the conversation's turn-1 design (`meta.design = {"turn", "first_turn"}`), and
 `Stats.extra["by_turn"]` counts designs and envs per turn.
 Guarantees: generated code only ever runs inside jailed workers (two at a time per design, for
 the contract's checks and then for stages/trivial.py: one computes the solutions, the other
@@ -195,7 +195,8 @@ def validate_isolated(design: Design, cfg: Config) -> Env | Validation:
 def run(designs: Iterable[Record], cfg: Config, stats: Stats,
         executor: Executor | None = None) -> Iterator[Record]:
     """Validate designs concurrently (cfg.workers at once, two jails at a time each), yielding in
-    input order: on this machine, or across a cluster's nodes given a RayExecutor (stages/executor.py)."""
+    input order: on this machine, or across a cluster's nodes given a RayExecutor
+    (stages/executor.py)."""
     executor = executor or LocalExecutor(cfg.workers)
     for record in executor.map(partial(validate_isolated, cfg=cfg), designs):
         yield _count(record, stats)

@@ -235,12 +235,14 @@ def test_a_repair_that_copies_its_parent_is_asked_again_hotter():
 
 
 def test_a_repair_names_an_exception_the_env_raised_as_the_failure_not_the_checks_rule():
-    design = next(stage.run(ScriptedBackend(broken_until_told), DOCS, [], stage.Config(batch=1),
-                            stage.fresh_slots(stage.Config(batch=1))))
+    cfg = stage.Config(batch=1)
+    design = next(stage.run(ScriptedBackend(broken_until_told), DOCS, [], cfg,
+                            stage.fresh_slots(cfg)))
+
     def told(message: str) -> str:
         reject = Validation(check="determinism", slot=0, attempt=0, skill=design.skill,
                             parents=[design.id], error={"type": "determinism", "msg": message})
-        return stage.repair_message(design, reject, stage.Config())
+        return stage.repair_message(design, reject, cfg)
 
     crashed = "step raised NameError: name 'nx' is not defined (env.py:9: return nx.path(g))"
     assert "step() raised NameError" in told(crashed) and crashed in told(crashed)
