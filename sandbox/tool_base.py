@@ -10,10 +10,13 @@ The jail worker injects this class into the env module's namespace, so generated
 name `ToolUseBaseEnv` without importing it. Stdlib only: it runs inside the jail.
 
 What a subclass sets in `setup()` (called by `reset`, with `self.rng` already seeded):
-    self.tools        {name: {"description": str, "parameters": JSON-schema object}}
     self.state        dict, the hidden world the tools read and change
     self.instructions list of 3-5 user requests, revealed one at a time
     self.criteria     list of callables `state -> bool`, one per instruction
+    self.tools        optional {name: {"description": str, "parameters": JSON-schema object}};
+                      left empty, every `tool_<name>` method is a tool described by its own
+                      signature and docstring (`tools_from_methods`), so a designer writes no
+                      nested schema dicts (3 of 12 coder designs failed on one `}` too many)
 
 `solution()` builds its actions with `self.call(name, **arguments)` and `self.finish()`, so a
 designer never writes the `<tool_call>` tags (a model's chat template may treat them as special
@@ -54,6 +57,8 @@ class ToolUseBaseEnv:
     def reset(self, seed=None):
         self.rng = random.Random(seed)
         self.setup()
+        if not self.tools:
+            self.tools = tools_from_methods(type(self))
         self.current = 0
         self.turns = 0
         return self._instruction_text(0), {"tools": self.get_tools()}
@@ -156,6 +161,68 @@ class ToolUseBaseEnv:
 
     def _instruction_text(self, index):
         return f"Request {index + 1} of {len(self.instructions)}: {self.instructions[index]}"
+
+
+JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
+              tuple: "array", set: "array", dict: "object"}
+JSON_TYPE_NAMES = {**{kind.__name__: name for kind, name in JSON_TYPES.items()},
+                   "List": "array", "Tuple": "array", "Set": "array", "Dict": "object"}
+QUOTED_RE = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+
+
+def tools_from_methods(cls):
+    """{name: {"description", "parameters"}} for every `tool_<name>` method of `cls`, in the
+    order the class body defines them: the description is the docstring's first paragraph, the
+    parameters the signature's (those without a default are required), each typed by its
+    annotation (`param_schema`)."""
+    tools = {}
+    for klass in reversed(cls.__mro__):  # a subclass's method replaces its base's
+        for attr, member in vars(klass).items():
+            function = getattr(member, "__func__", member)
+            if attr.startswith("tool_") and len(attr) > 5 and hasattr(function, "__code__"):
+                tools[attr[5:]] = method_tool(attr[5:], function,
+                                              bound=not isinstance(member, staticmethod))
+    return tools
+
+
+def method_tool(name, function, bound):
+    code = function.__code__
+    positional = code.co_varnames[int(bound):code.co_argcount]
+    keyword = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    optional = set(positional[len(positional) - len(function.__defaults__ or ()):])
+    optional |= set(function.__kwdefaults__ or ())
+    annotations = function.__annotations__
+    doc = (function.__doc__ or "").strip().split("\n\n")[0]
+    return {"description": " ".join(doc.split()) or name.replace("_", " "),
+            "parameters": {"type": "object",
+                           "properties": {p: param_schema(annotations.get(p))
+                                          for p in positional + keyword},
+                           "required": [p for p in positional + keyword if p not in optional]}}
+
+
+def param_schema(annotation):
+    """The JSON schema of one annotation: a builtin type (or its typing name) gives its JSON
+    type, `Literal[...]` an enum, `Optional[X]` and `X | None` the schema of X; anything else
+    (or none) accepts any value."""
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        words = [a or b for a, b in QUOTED_RE.findall(text)]
+        if text.startswith(("Literal[", "typing.Literal[")) and words:
+            return {"type": "string", "enum": words}
+        if text.startswith("Optional[") and text.endswith("]"):
+            return param_schema(text[len("Optional["):-1])
+        kind = JSON_TYPE_NAMES.get(text.split("[")[0].split("|")[0])
+        return {"type": kind} if kind else {}
+    origin, args = getattr(annotation, "__origin__", None), getattr(annotation, "__args__", ())
+    if repr(origin) == "typing.Literal":
+        values = [v for v in args if type(v) in (str, int, float, bool)]
+        kinds = {JSON_TYPES[type(v)] for v in values}
+        return {"type": kinds.pop(), "enum": values} if len(kinds) == 1 else {"enum": values}
+    if repr(origin) == "typing.Union" or type(annotation).__name__ == "UnionType":
+        present = [a for a in args if a is not type(None)]
+        return param_schema(present[0]) if len(present) == 1 else {}
+    kind = JSON_TYPES.get(origin or annotation) if isinstance(origin or annotation, type) else None
+    return {"type": kind} if kind else {}
 
 
 def internal_names():
