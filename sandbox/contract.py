@@ -119,9 +119,13 @@ ANSWER_DONE_RE = re.compile(r"<answer>\s*done\s*</answer>", re.I)
 
 
 class ContractError(Exception):
-    def __init__(self, check: str, msg: str, outcome: str = "ok"):
+    """A failed check. `raised` names the env's own exception when that is the failure,
+    whichever check's call met it: {"op": "step", "type": "NameError"}."""
+
+    def __init__(self, check: str, msg: str, outcome: str = "ok",
+                 raised: dict[str, str] | None = None):
         super().__init__(f"{check}: {msg}")
-        self.check, self.msg, self.outcome = check, msg, outcome
+        self.check, self.msg, self.outcome, self.raised = check, msg, outcome, raised
 
 
 @dataclass
@@ -487,7 +491,8 @@ class Probe:
         if not reply.ok:
             error = reply.error or {}
             raise ContractError(self.check, f"{op} raised {error.get('type')}: "
-                                f"{error.get('msg', '')}".strip(), reply.outcome)
+                                f"{error.get('msg', '')}".strip(), reply.outcome,
+                                raised={"op": op, "type": str(error.get("type"))})
         return reply
 
     def reset(self, seed: int) -> list:

@@ -164,9 +164,6 @@ CHECK_MEANINGS = {
 # `line 12` in a reject's message: a static check names the line without quoting it (a
 # runtime error quotes it already, as `env.py:12: text`: sandbox/worker.py `where`)
 LINE_RE = re.compile(r"\bline (\d+)\b")
-# `step raised NameError: ...`: the env's own exception, whichever check's call met it
-# (sandbox/contract.py `Probe.call`)
-RAISED_RE = re.compile(r"^(\w+) raised (\w+)")
 
 
 def repair_message(design: Design, reject: Validation, cfg: Config) -> str:
@@ -174,19 +171,20 @@ def repair_message(design: Design, reject: Validation, cfg: Config) -> str:
     of the module it points at when the message does not quote it already."""
     message = reject.error.msg if reject.error else reject.check
     return prompts.render("designer_repair", cfg.prompts_dir, check=reject.check,
-                          check_meaning=check_meaning(reject.check, message),
+                          check_meaning=check_meaning(reject),
                           message=message, line=_quoted_line(design, message))
 
 
-def check_meaning(check: str, message: str) -> str:
-    """What a failed check asks, in a sentence. An exception the env raised is named as the
-    failure whichever check's call met it: a step that raised NameError under `determinism` is
-    a crash to fix, and the determinism rule would send a small designer after its seeds."""
-    raised = RAISED_RE.match(message)
+def check_meaning(reject: Validation) -> str:
+    """What a failed check asks, in a sentence. An exception the env raised
+    (`meta.validation.raised`) is named as the failure whichever check's call met it: a step
+    that raised NameError under `determinism` is a crash to fix, and the determinism rule would
+    send a small designer after its seeds."""
+    raised = (reject.meta.get("validation") or {}).get("raised")
     if raised:
-        method, exception = raised.groups()
-        return f"{method}() raised {exception} while this check ran it: fix that error first"
-    return CHECK_MEANINGS.get(check, "see the rules")
+        return (f"{raised['op']}() raised {raised['type']} while this check ran it: fix that "
+                "error first")
+    return CHECK_MEANINGS.get(reject.check, "see the rules")
 
 
 def _quoted_line(design: Design, message: str) -> str:

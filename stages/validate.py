@@ -104,6 +104,8 @@ def validate_one(design: Design, cfg: Config) -> Env | Validation:
     source = None
 
     def reject(exc: ContractError) -> Validation:
+        if exc.raised:
+            meta["validation"]["raised"] = exc.raised
         return Validation(check=exc.check, outcome=exc.outcome, domain=design.domain,
                           skill=design.skill, parents=[design.id], policy=design.policy,
                           round=design.round, slot=design.slot, attempt=design.attempt,

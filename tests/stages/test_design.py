@@ -239,14 +239,16 @@ def test_a_repair_names_an_exception_the_env_raised_as_the_failure_not_the_check
     design = next(stage.run(ScriptedBackend(broken_until_told), DOCS, [], cfg,
                             stage.fresh_slots(cfg)))
 
-    def told(message: str) -> str:
+    def told(message: str, raised: dict | None = None) -> str:
         reject = Validation(check="determinism", slot=0, attempt=0, skill=design.skill,
-                            parents=[design.id], error={"type": "determinism", "msg": message})
+                            parents=[design.id], error={"type": "determinism", "msg": message},
+                            meta={"validation": {"raised": raised} if raised else {}})
         return stage.repair_message(design, reject, cfg)
 
     crashed = "step raised NameError: name 'nx' is not defined (env.py:9: return nx.path(g))"
-    assert "step() raised NameError" in told(crashed) and crashed in told(crashed)
-    assert stage.CHECK_MEANINGS["determinism"] not in told(crashed)  # not sent after its seeds
+    said = told(crashed, {"op": "step", "type": "NameError"})
+    assert "step() raised NameError" in said and crashed in said
+    assert stage.CHECK_MEANINGS["determinism"] not in said  # not sent after its seeds
     assert stage.CHECK_MEANINGS["determinism"] in told("seed 3 gave two observations")
 
 

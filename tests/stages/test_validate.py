@@ -39,6 +39,10 @@ def test_each_broken_fixture_fails_its_own_check(path, nsjail_ok):
     assert record.check == expected_check(path), record.error.msg
     assert record.error.type == record.check and record.error.msg
     assert record.ok is False
+    # the env's own exception is recorded as such, whichever check met it (repairs say so)
+    raised = re.match(r"(\w+) raised (\w+)", record.error.msg)
+    assert record.meta["validation"].get("raised") == (
+        {"op": raised[1], "type": raised[2]} if raised else None)
 
 
 @pytest.mark.parametrize("path", sorted(VALID.glob("*.py")), ids=lambda p: p.name)
