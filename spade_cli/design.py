@@ -57,6 +57,10 @@ def design(
     top_k: TopK = TOP_K,
     enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
+    stop_loops: Annotated[bool, typer.Option(
+        "--stop-loops/--no-stop-loops", help="End a design that repeats one stretch of 2-100 tokens 20 times in "
+                             "a row, where it stands, instead of at --max-tokens (finish_reason "
+                             "repetition; hf, vllm, or a vLLM server).")] = False,
     context_length: ContextLength = None,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
@@ -113,7 +117,7 @@ def design(
                            prompts_dir=prompts, skills=skills, sampling=Sampling(
                                temperature=temperature, top_p=top_p, top_k=top_k,
                                max_tokens=max_tokens, enable_thinking=enable_thinking,
-                               per_request_seed=sampling_seed.per_request))
+                               per_request_seed=sampling_seed.per_request, stop_loops=stop_loops))
         documents = None if no_corpus else corpus_mod.load(
             corpus or f"builtin:{'games' if domain == 'game' else domain}",
             corpus_words or stage.CORPUS_WORDS[domain])
@@ -133,6 +137,8 @@ def design(
                   "skills": list(skills), "seed": seed, "temperature": temperature,
                   "top_p": top_p, "top_k": top_k, "enable_thinking": enable_thinking,
                   "max_tokens": max_tokens, **sampling_seed.config(), "inputs": inputs,
+                  # only when set: a run stopped before the option existed resumes as it was
+                  **({"stop_loops": True} if stop_loops else {}),
                   "slots": [(s.slot, s.attempt) for s in slots]}
         stats = Stats()
         progress = Progress("design", "designs", len(slots))

@@ -138,7 +138,8 @@ def _latest_reject(rejects: Iterable[Validation], slot: int) -> Validation:
 CHECK_MEANINGS = {
     "extract": "the answer holds the whole module in one ```python code block",
     "parse": "the module is valid Python",
-    "truncated": "the answer ends before the token limit: write a shorter module",
+    "truncated": "the answer ends, without repeating itself, before the token limit: write a "
+                 "shorter module",
     "copy": "the module is your own design, not an example of the prompt with other names or "
             "numbers",
     "structure": "one class whose name ends in Env, allowed imports only, every method in the "

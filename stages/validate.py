@@ -85,11 +85,17 @@ def validation_seeds(base: int, design: Design, count: int = VALIDATION_SEEDS) -
 
 
 def truncated(design: Design, exc: ContractError) -> ContractError | None:
-    """A design cut at --max-tokens whose code does not extract or parse: its own check,
-    `truncated`, not the syntax error the cut made (a cut design that parses goes on)."""
-    if exc.check not in ("extract", "parse") or design.meta.get("finish_reason") != "length":
+    """A design cut at --max-tokens, or stopped in a loop (--stop-loops), whose code does not
+    extract or parse: its own check, `truncated`, not the syntax error the cut made (a cut
+    design that parses goes on)."""
+    why = design.meta.get("finish_reason")
+    if exc.check not in ("extract", "parse") or why not in ("length", "repetition"):
         return None
     tokens = f" ({len(design.completion_ids)} tokens)" if design.completion_ids else ""
+    if why == "repetition":
+        return ContractError("truncated", f"the designer's answer was stopped{tokens} repeating "
+                             f"the same text over and over before its code ended ({exc.check}: "
+                             f"{exc.msg}): compute long lists instead of writing them out")
     return ContractError("truncated", f"the designer's answer was cut at --max-tokens{tokens} "
                          f"before its code ended ({exc.check}: {exc.msg}): raise --max-tokens "
                          "or ask for shorter envs")

@@ -25,7 +25,7 @@ import os
 import time
 
 from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, check_model_files, render_prompt,
+                             check_local_model, check_model_files, ends_in_loop, render_prompt,
                              unfit_completion)
 from stages.train import adapter_base
 
@@ -199,9 +199,11 @@ class HFBackend:
         greedy = sampling.temperature <= 0
         recorder = SampledLogprobs(torch, 1.0 if greedy else sampling.temperature)
         deadline = Deadline(torch, width, sampling.deadlines or (None,) * len(prompts))
+        loops = Loops(torch, width, len(prompts), {pad, *self.eos_ids})
         kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_tokens,
                       logits_processor=self.transformers.LogitsProcessorList([recorder]),
-                      stopping_criteria=self.transformers.StoppingCriteriaList([deadline]))
+                      stopping_criteria=self.transformers.StoppingCriteriaList(
+                          [deadline, loops] if sampling.stop_loops else [deadline]))
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
                           top_k=sampling.top_k)
@@ -213,14 +215,17 @@ class HFBackend:
         sampled = sequences[:, width:]
         logprobs = recorder.logprobs(sampled)
         return [self._completion(prompt, sampled[row].tolist(), logprobs[row].tolist(), sampling,
-                                 deadline.cut_at[row])
+                                 deadline.cut_at[row], loops.cut_at[row])
                 for row, prompt in enumerate(prompts)]
 
     def _completion(self, prompt: list[int], ids: list[int], logprobs: list[float],
-                    sampling: Sampling, cut_at: int | None) -> Completion:
+                    sampling: Sampling, late_at: int | None, loop_at: int | None) -> Completion:
         end, finish = len(ids), "length"
-        if cut_at is not None:  # the deadline stopped this row after its token number cut_at
-            end, finish = cut_at, "timeout"
+        # a criterion that stopped this row did so after its token number late_at / loop_at
+        cuts = [(at, why) for at, why in ((late_at, "timeout"), (loop_at, "repetition"))
+                if at is not None]
+        if cuts:
+            end, finish = min(cuts)
         for index, token in enumerate(ids[:end]):
             if token in self.eos_ids:
                 end, finish = index + 1, "stop"
@@ -265,6 +270,25 @@ class SampledLogprobs:
         if len(self.steps) < sampled.shape[1]:
             self._take(sampled[:, len(self.steps)])
         return self.torch.stack(self.steps[:sampled.shape[1]], dim=1).cpu()
+
+
+class Loops:
+    """A stopping criterion: a row stops once its sampled tokens end in a loop
+    (`ends_in_loop`). `cut_at[row]` is how many tokens the row had generated then. A row that
+    ended (its last token a pad or an end of turn) is padded, not looping."""
+
+    def __init__(self, torch, width: int, rows: int, ended: set[int]):
+        self.torch, self.width, self.ended = torch, width, ended
+        self.cut_at: list[int | None] = [None] * rows
+
+    def __call__(self, input_ids, scores, **kwargs):
+        generated = input_ids.shape[1] - self.width
+        for row, cut in enumerate(self.cut_at):
+            sampled = input_ids[row, self.width:].tolist()
+            if cut is None and sampled[-1] not in self.ended and ends_in_loop(sampled):
+                self.cut_at[row] = generated
+        return self.torch.tensor([cut is not None for cut in self.cut_at],
+                                 device=input_ids.device)
 
 
 class Deadline:

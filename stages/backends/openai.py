@@ -44,8 +44,8 @@ import time
 import urllib.parse
 from concurrent.futures import Future
 
-from stages.backends import (BackendSpec, BackendUnavailable, Completion, Sampling,
-                             escape_special_tokens)
+from stages.backends import (LOOP, BackendSpec, BackendUnavailable, Completion, Sampling,
+                             escape_special_tokens, finish_reason)
 
 SERVER_SPECIALS = ("<|", "<\uff5c")
 # how vLLM, SGLang, llama.cpp and OpenAI word a prompt too long for the context (HTTP 400)
@@ -54,7 +54,8 @@ CONTEXT_REFUSAL = re.compile(r"context[ _](length|size|window)|maximum context",
 # that avoids it: a server that does not know vLLM's fields for trainable records goes without
 # them; a vLLM without a tool-call parser gets `tool_choice: "none"`, so it renders the tools
 # and returns the model's own call text (`<tool_call>...` for Qwen) as content.
-FALLBACKS = {"no_vllm_fields": re.compile(r"return_token_ids|include_stop_str_in_output"),
+FALLBACKS = {"no_vllm_fields": re.compile(
+                 r"return_token_ids|include_stop_str_in_output|repetition_detection"),
              "tool_calls_as_text": re.compile(r"tool choice requires")}
 # Seconds one request waits for its whole reply (the server sends nothing before it is done).
 # 600 s holds thousands of tokens on a GPU; a CPU server with several requests at once makes
@@ -212,6 +213,8 @@ class OpenAIBackend:
             body["return_token_ids"] = True
             if sampling.stop:  # the ids hold the stop string's tokens: so must the text
                 body["include_stop_str_in_output"] = True
+            if sampling.stop_loops:
+                body["repetition_detection"] = LOOP
         if sampling.engine_seed is not None:
             body["seed"] = sampling.engine_seed
         if sampling.stop:
@@ -302,5 +305,5 @@ def completion(reply: dict) -> Completion:
     prompt_ids, completion_ids = reply.get("prompt_token_ids"), choice.get("token_ids")
     if not (prompt_ids and completion_ids and logprobs and len(completion_ids) == len(logprobs)):
         prompt_ids = completion_ids = None  # not trainable: no ids, or ids without logprobs
-    finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    return Completion(text, prompt_ids, completion_ids, logprobs, finish)
+    return Completion(text, prompt_ids, completion_ids, logprobs,
+                      finish_reason(choice.get("finish_reason")))

@@ -35,8 +35,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, check_model_files, render_prompt,
+from stages.backends import (LOOP, BackendSpec, BackendUnavailable, Completion, Message, Sampling,
+                             check_local_model, check_model_files, finish_reason, render_prompt,
                              unfit_completion)
 from stages.train import adapter_base, adapter_rank
 
@@ -176,7 +176,16 @@ class VLLMBackend:
         return self.vllm.SamplingParams(
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
             max_tokens=sampling.max_tokens, stop=list(sampling.stop), seed=sampling.engine_seed,
-            include_stop_str_in_output=True, logprobs=0, output_kind=self._output_kind)
+            include_stop_str_in_output=True, logprobs=0, output_kind=self._output_kind,
+            **({"repetition_detection": self._loop_rule()} if sampling.stop_loops else {}))
+
+    def _loop_rule(self):
+        rule = getattr(self.vllm.sampling_params, "RepetitionDetectionParams", None)
+        if rule is None:
+            raise BackendUnavailable(f"vLLM {self.vllm.__version__} cannot stop a loop (no "
+                                     "RepetitionDetectionParams): upgrade vLLM, or leave out "
+                                     "--stop-loops")
+        return rule(**LOOP)
 
     # -- the engine thread ----------------------------------------------------------------------
 
@@ -237,8 +246,8 @@ class VLLMBackend:
                              for step, token in zip(sample.logprobs or [], new_ids)]
         if output.finished:
             del running[output.request_id]
-            finish = "length" if sample.finish_reason == "length" else "stop"
-            request.future.set_result(self._completion(request, finish))
+            request.future.set_result(self._completion(request,
+                                                       finish_reason(sample.finish_reason)))
 
     def _expire(self, engine, running: dict[str, _Request], now: float) -> None:
         """Stop the requests whose deadline has passed: `timeout`, with the tokens so far."""

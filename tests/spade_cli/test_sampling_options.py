@@ -63,3 +63,28 @@ def test_a_recipe_default_turns_per_request_seeds_off_for_every_generating_stage
     told = {line.split()[1] for line in lines["tiny.toml"] if "--sampling-seed none" in line}
     assert told == {"design", "hint", "rollout"}  # the generating stages this recipe has
     assert not any("--sampling-seed" in line for line in lines["unchanged.toml"])
+
+
+def test_stop_loops_ends_a_looping_design_early_and_only_when_asked(tiny_model, tmp_path):
+    """The tiny random model's greedy design repeats itself: `--stop-loops` ends it there
+    (finish_reason repetition, far short of --max-tokens), and the manifest says so; without
+    the flag the design runs to --max-tokens and the config has no such key (a run from before
+    the option resumes as it was)."""
+    import orjson
+
+    designs = {}
+    for flag in ("--stop-loops", None):
+        out = tmp_path / str(flag)
+        result = runner.invoke(app, ["design", "-m", tiny_model, "-b", "1", "--no-corpus",
+                                     "--temperature", "0", "--max-tokens", "200", "-o", str(out),
+                                     *([flag] if flag else [])])
+        assert result.exit_code == 0, result.stderr
+        (shard,) = out.glob("design-*.jsonl")
+        designs[flag] = orjson.loads(shard.read_bytes().splitlines()[0])
+        config = orjson.loads((out / "_manifest.json").read_bytes())["config"]
+        assert config.get("stop_loops") is (True if flag else None)
+    looped, whole = designs["--stop-loops"], designs[None]
+    assert whole["meta"]["finish_reason"] == "length" and len(whole["completion_ids"]) == 200
+    assert looped["meta"]["finish_reason"] == "repetition"
+    assert looped["completion_ids"] == whole["completion_ids"][:len(looped["completion_ids"])]
+    assert len(looped["completion_ids"]) < 200

@@ -339,6 +339,9 @@ def test_a_design_cut_at_max_tokens_is_truncated_only_when_its_code_breaks(nsjai
     assert "parse" in record.error.msg
     uncut = Design(completion=cut.completion)
     assert stage.validate_one(uncut, stage.Config(seed=0)).check == "parse"
+    looped = Design(completion=cut.completion, meta={"finish_reason": "repetition"})
+    record = stage.validate_one(looped, stage.Config(seed=0))
+    assert record.check == "truncated" and "repeating the same text" in record.error.msg
     example = Path(__file__).parents[2] / "docs" / "examples" / "guess_number.py"
     whole = Design(completion=f"```python\n{example.read_text()}```",
                    meta={"finish_reason": "length"})

@@ -1,14 +1,15 @@
 """The hf backend on the tiny model: token bookkeeping, seeds, stops, tool rendering, escaping
-of env text, context and deadline limits, micro-batches under a memory budget."""
+of env text, context and deadline limits, loops, micro-batches under a memory budget."""
 
 import json
 import math
 import shutil
 import time
+from dataclasses import replace
 
 import pytest
 
-from stages.backends import BackendSpec, Sampling, load_backend
+from stages.backends import LOOP, BackendSpec, Sampling, ends_in_loop, load_backend
 
 CONVERSATIONS = [[{"role": "user", "content": "Observation: a locked door. \\boxed{}"}],
                  [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]]
@@ -128,6 +129,28 @@ def test_deadline_stops_generation(tiny_backend):
         assert len(cut.logprobs) == len(cut.completion_ids)
         assert tiny_backend.tokenizer.decode(cut.completion_ids, skip_special_tokens=True) \
             == cut.text
+
+
+def test_ends_in_loop_is_a_stretch_of_2_to_100_tokens_20_times_in_a_row():
+    assert LOOP == {"min_pattern_size": 2, "max_pattern_size": 100, "min_count": 20}
+    line = list(range(100))
+    assert ends_in_loop([9] + [1, 2] * 20) and ends_in_loop([9] + line * 20)
+    assert not ends_in_loop([1, 2] * 19) and not ends_in_loop([1, 2] * 20 + [3])
+    assert not ends_in_loop(list(range(101)) * 20)  # a stretch longer than 100 tokens
+    assert ends_in_loop([7] * 40) and not ends_in_loop([7] * 39)  # one token: 2 x 20 of it
+
+
+def test_stop_loops_ends_a_looping_row_where_the_loop_is_first_whole(tiny_backend):
+    """The tiny random model's greedy answer repeats one token: with stop_loops it stops at
+    the first token where `ends_in_loop` holds, its ids and logprobs that prefix."""
+    greedy = Sampling(temperature=0, max_tokens=300)
+    whole = tiny_backend.chat(CONVERSATIONS, greedy)
+    stopped = tiny_backend.chat(CONVERSATIONS, replace(greedy, stop_loops=True))
+    for full, cut in zip(whole, stopped):
+        first = next(n for n in range(1, 301) if ends_in_loop(full.completion_ids[:n]))
+        assert full.finish_reason == "length" and len(full.completion_ids) == 300
+        assert cut.finish_reason == "repetition"
+        assert cut.completion_ids == full.completion_ids[:first] and len(cut.logprobs) == first
 
 
 def test_one_long_prompt_gets_a_micro_batch_of_its_own(tiny_backend):

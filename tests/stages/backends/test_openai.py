@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stages.backends import BackendSpec, BackendUnavailable, Sampling, streams
+from stages.backends import LOOP, BackendSpec, BackendUnavailable, Sampling, streams
 from stages.backends.openai import OpenAIBackend
 
 # vLLM's wording (SGLang and llama.cpp say "context length" / "context size" alike)
@@ -27,6 +27,8 @@ VLLM_REPLY = {"prompt_token_ids": [1, 2, 3],
                            "token_ids": [7, 8, 0],  # the stop token is sampled too
                            "logprobs": {"content": [{"logprob": -0.1}, {"logprob": -0.2},
                                                     {"logprob": -0.3}]}}]}
+# vLLM stopped a loop (`repetition_detection`)
+LOOP_REPLY = {"choices": [{"message": {"content": "up up up"}, "finish_reason": "repetition"}]}
 # vLLM's hermes parser took the call out of the text; the ids are still the whole reply
 TOOL_REPLY = {"prompt_token_ids": [1, 2, 3],
               "choices": [{"message": {"content": "", "tool_calls": [{"function": {
@@ -62,7 +64,8 @@ class Stub(BaseHTTPRequestHandler):
             return self.send(400, {"object": "error", "message": NO_TOOL_PARSER})
         if content == "slow":
             time.sleep(3)
-        self.send(200, {"ids": VLLM_REPLY, "tool": TOOL_REPLY}.get(content, REPLY))
+        self.send(200, {"ids": VLLM_REPLY, "tool": TOOL_REPLY, "loop": LOOP_REPLY}.get(content,
+                                                                                       REPLY))
 
     def send(self, code: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -179,6 +182,17 @@ def test_a_vllm_reply_gives_trainable_ids_and_other_servers_none(backend):
     assert (vllm.prompt_ids, vllm.completion_ids) == ([1, 2, 3], [7, 8, 0])
     assert vllm.logprobs == [-0.1, -0.2, -0.3] and vllm.text == "ab"
     assert plain.prompt_ids is None and plain.completion_ids is None
+
+
+def test_stop_loops_asks_vllm_to_stop_a_loop_and_says_it_did(backend):
+    Stub.bodies.clear()
+    looped, plain = backend.chat([user("loop"), user("hi")], Sampling(stop_loops=True))
+    assert [body["repetition_detection"] for body in Stub.bodies] == [LOOP, LOOP]
+    assert (looped.finish_reason, looped.text, plain.finish_reason) == (
+        "repetition", "up up up", "stop")
+    Stub.bodies.clear()
+    backend.chat([user("hi")], Sampling())
+    assert "repetition_detection" not in Stub.bodies[0]
 
 
 def test_a_tool_call_is_text_and_its_ids_are_the_whole_reply(backend):
