@@ -29,6 +29,8 @@ TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 ANSWER_LINE_RE = re.compile(r"\bANSWER\s*:\s*(.+?)\s*$", re.I | re.M)
 # What the reference injects into every env module so code that forgot an import still loads
 # (its synthetic_game_env.py, _COMMON_STDLIB_INJECTIONS, less numpy): module -> names from it.
+# Ours adds `Literal`: our tool-use prompt's sketch annotates a choice with it, and a designer
+# that copies the annotation drops its import (1 of 12 coder designs: `load` NameError).
 # common_names() gives a module only the names its source mentions (statistics and typing cost
 # a worker tens of milliseconds to import; most envs use neither).
 COMMON_NAMES = {
@@ -40,7 +42,7 @@ COMMON_NAMES = {
     "copy": ("deepcopy",),
     "heapq": ("heappush", "heappop"),
     "typing": ("Tuple", "Dict", "List", "Optional", "Union", "Any", "Set", "FrozenSet",
-               "Callable", "Iterable", "Sequence", "Mapping"),
+               "Callable", "Iterable", "Sequence", "Mapping", "Literal"),
 }
 
 

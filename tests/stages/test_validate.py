@@ -368,6 +368,21 @@ def test_a_tool_use_solution_built_with_call_and_finish_is_accepted(nsjail_ok):
     assert rejected.check == "structure" and "call" in rejected.error.msg
 
 
+def test_a_tool_use_env_gets_its_tools_from_its_methods_and_literal_without_an_import(nsjail_ok):
+    """The prompt's sketch annotates a choice with `Literal`; a designer that drops the import
+    still loads, and the agent's tools come from the methods' signatures."""
+    example = (Path(__file__).parents[2] / "docs" / "examples" / "todo_list.py").read_text()
+    unimported = example.replace("from typing import Literal\n", "")
+    assert "Literal[" in unimported and "import Literal" not in unimported
+    record = stage.validate_one(Design(domain="tool_use", completion=f"```python\n{unimported}```"),
+                                stage.Config(seed=0))
+    assert isinstance(record, Env), f"{record.check}: {record.error.msg}"
+    add_task = next(t["function"] for t in record.tools if t["function"]["name"] == "add_task")
+    assert add_task["parameters"]["properties"]["priority"] == {
+        "type": "string", "enum": ["low", "normal", "high"]}
+    assert add_task["parameters"]["required"] == ["name"]
+
+
 def prompt_showing(*examples) -> str:
     """A design prompt whose memory shows these envs, as the design stage writes it."""
     from stages import memory
