@@ -59,6 +59,9 @@ class ToolUseBaseEnv:
         self.setup()
         if not self.tools:
             self.tools = tools_from_methods(type(self))
+        elif not isinstance(self.tools, dict):
+            raise TypeError(f"self.tools is a {type(self.tools).__name__}: leave it out (the "
+                            "tool_<name> methods are the tools) or make it a dict")
         self.current = 0
         self.turns = 0
         return self._instruction_text(0), {"tools": self.get_tools()}

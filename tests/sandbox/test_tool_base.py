@@ -4,6 +4,8 @@ methods (docstring, signature, annotations), and the agent plays them; an env's 
 
 from typing import Literal, Optional
 
+import pytest
+
 from sandbox.tool_base import ToolUseBaseEnv, param_schema, tools_from_methods
 
 
@@ -69,6 +71,16 @@ def test_an_env_that_writes_self_tools_keeps_them():
     assert [tool["function"]["name"] for tool in info["tools"]] == ["find_record"]
     observation, *_ = env.step(env.solution()[0])
     assert observation.startswith("Error: unknown tool 'set_status'")
+
+
+def test_self_tools_that_is_not_a_dict_says_what_to_do():
+    class ListedEnv(RecordsEnv):
+        def setup(self):
+            super().setup()
+            self.tools = [{"name": "find_record"}]
+
+    with pytest.raises(TypeError, match="self.tools is a list: leave it out"):
+        ListedEnv().reset(seed=0)
 
 
 def test_a_subclass_method_replaces_its_base_and_keeps_its_place():
