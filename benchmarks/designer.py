@@ -82,7 +82,8 @@ def row(domain: str, designs: list[dict], checked: list[dict], seconds: float | 
     tokens = [len(d["completion_ids"]) for d in designs if d.get("completion_ids")]
     return {"domain": domain, "designs": len(designs), "accepted": accepted,
             "yield": accepted / len(designs) if designs else 0.0, "rejects": dict(rejects),
-            "cut": sum(d.get("meta", {}).get("finish_reason") == "length" for d in designs),
+            "cut": sum(d.get("meta", {}).get("finish_reason") in ("length", "repetition")
+                       for d in designs),  # at --max-tokens, or a loop stopped (--stop-loops)
             "tokens": sum(tokens) / len(tokens) if tokens else None,
             "seconds": seconds}
 

@@ -58,9 +58,10 @@ def design(
     enable_thinking: EnableThinking = None,
     max_tokens: MaxTokens = 4096,
     stop_loops: Annotated[bool, typer.Option(
-        "--stop-loops/--no-stop-loops", help="End a design that repeats one stretch of 2-100 tokens 20 times in "
-                             "a row, where it stands, instead of at --max-tokens (finish_reason "
-                             "repetition; hf, vllm, or a vLLM server).")] = False,
+        "--stop-loops/--no-stop-loops",
+        help="End a design that repeats one stretch of 2-100 tokens 20 times in a row, where it "
+             "stands, instead of at --max-tokens (finish_reason repetition; hf, vllm, or a vLLM "
+             "server).")] = False,
     context_length: ContextLength = None,
     prompts: PromptsDir = None,
     base_url: BaseUrl = None,
