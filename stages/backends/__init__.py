@@ -43,6 +43,7 @@ Message = dict[str, Any]
 # 243 that ended on their own; one token repeated (size 1) would have cut 6 of those, at a long
 # literal number (digits are tokens of their own).
 LOOP = {"min_pattern_size": 2, "max_pattern_size": 100, "min_count": 20}
+LOOP_SPAN = LOOP["max_pattern_size"] * LOOP["min_count"]  # the most tokens one loop check reads
 
 
 class BackendUnavailable(RuntimeError):

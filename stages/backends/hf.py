@@ -24,9 +24,9 @@ import logging
 import os
 import time
 
-from stages.backends import (BackendSpec, BackendUnavailable, Completion, Message, Sampling,
-                             check_local_model, check_model_files, ends_in_loop, render_prompt,
-                             unfit_completion)
+from stages.backends import (LOOP_SPAN, BackendSpec, BackendUnavailable, Completion, Message,
+                             Sampling, check_local_model, check_model_files, ends_in_loop,
+                             render_prompt, unfit_completion)
 from stages.train import adapter_base
 
 log = logging.getLogger(__name__)
@@ -283,9 +283,13 @@ class Loops:
 
     def __call__(self, input_ids, scores, **kwargs):
         generated = input_ids.shape[1] - self.width
+        # a loop is judged on the last LOOP_SPAN tokens only: each step reads at most those
+        start = max(self.width, input_ids.shape[1] - LOOP_SPAN)
         for row, cut in enumerate(self.cut_at):
-            sampled = input_ids[row, self.width:].tolist()
-            if cut is None and sampled[-1] not in self.ended and ends_in_loop(sampled):
+            if cut is not None:
+                continue
+            tail = input_ids[row, start:].tolist()
+            if tail[-1] not in self.ended and ends_in_loop(tail):
                 self.cut_at[row] = generated
         return self.torch.tensor([cut is not None for cut in self.cut_at],
                                  device=input_ids.device)
