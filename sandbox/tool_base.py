@@ -20,7 +20,9 @@ What a subclass sets in `setup()` (called by `reset`, with `self.rng` already se
 
 `solution()` builds its actions with `self.call(name, **arguments)` and `self.finish()`, so a
 designer never writes the `<tool_call>` tags (a model's chat template may treat them as special
-tokens and end its turn there).
+tokens and end its turn there). Ending is this class's protocol, not the design: the checks
+replay a solution whose last action does not finish (`finishes`) with `self.finish()` appended
+(3 of 24 coder designs met every criterion and left it out).
 
 A subclass defines only `setup`, `solution`, `max_turns`, `tool_<name>` methods, its own private
 helpers, and optionally `__init__` and `close` (DESIGNER_NAMES); validation rejects a class that
@@ -39,6 +41,7 @@ FORMAT_PENALTY = -0.1
 DESIGNER_NAMES = frozenset({"setup", "solution", "max_turns", "__init__", "close"})
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
+FINISH = "<answer>done</answer>"
 
 
 class ToolUseBaseEnv:
@@ -92,7 +95,7 @@ class ToolUseBaseEnv:
 
     def finish(self):
         """The action that ends the episode once every request is fulfilled."""
-        return "<answer>done</answer>"
+        return FINISH
 
     def get_tools(self):
         return [
@@ -226,6 +229,15 @@ def param_schema(annotation):
         return param_schema(present[0]) if len(present) == 1 else {}
     kind = JSON_TYPES.get(origin or annotation) if isinstance(origin or annotation, type) else None
     return {"type": kind} if kind else {}
+
+
+def finishes(action):
+    """Whether `step` ends the episode on `action` once every criterion holds: an answer of
+    done, and no tool call (`step` runs a tool call instead of an answer beside it)."""
+    if not isinstance(action, str) or TOOL_CALL_RE.search(action):
+        return False
+    answer = ANSWER_RE.search(action)
+    return answer is not None and answer.group(1).lower() == "done"
 
 
 def internal_names():

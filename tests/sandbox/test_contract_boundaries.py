@@ -894,7 +894,12 @@ def test_a_solution_of_max_turns_actions_is_played_and_one_more_is_refused():
     err = rejected(contract.check_oracle, on(LastTurnEnv()), facts(),
                    {3: contract.Solved(["x", {}], ["\\boxed{3}"] * 4)})
     assert (err.check, err.msg) == ("oracle", "solution for seed 3 has 4 actions, more than "
-                                              "max_turns=3")
+                                              "max_turns=3: set max_turns to at least 4, or "
+                                              "solve in fewer actions")
+    err = rejected(contract.check_oracle, on(LastTurnEnv()), facts(max_turns=25),
+                   {3: contract.Solved(["x", {}], ["\\boxed{3}"] * 26)})
+    assert err.msg.endswith("more than max_turns=25: solve in fewer actions (max_turns is at "
+                            "most 25)")
 
 
 def test_a_lost_oracle_says_the_env_draws_from_the_global_random_module():
@@ -941,9 +946,7 @@ def desk(**attributes):
     ([True, "ValueError: x"], ["<answer>done</answer>"],
      "criterion 2 raises after the solution's actions (ValueError: x); a criterion that raises "
      "counts as not met, so its request never completes: make it return False instead"),
-    ([True, True, False], ["<answer>3</answer>"],
-     "solution() never answers <answer>done</answer> (2 of 3 criteria hold after its actions); a "
-     "tool-use episode ends only with it: make it solution()'s last action"),
+    ([True, True, False], ["<answer>3</answer>"], "2 of 3 criteria hold after its actions"),
     ([True, False], ["<ANSWER> Done </answer>"], "1 of 2 criteria hold after its actions"),
     ([False, False, True], ["<answer>done</answer>"], "1 of 3 criteria hold after its actions"),
 ])
@@ -953,6 +956,22 @@ def test_a_lost_tool_use_oracle_says_which_criteria_do_not_hold(status, actions,
     ended = actions != ["<answer>3</answer>"]
     assert err.msg == ("replaying solution() for seed 3 did not win "
                        f"(terminated={ended}, reward=0.0): {why}")
+
+
+CALL = '<tool_call>{"name": "add", "arguments": {}}</tool_call>'
+
+
+@pytest.mark.parametrize("actions,appended", [
+    ([CALL], True),
+    ([CALL, "<answer>done</answer>"], False),
+    ([CALL, "<answer> Done </answer>"], False),  # what step accepts as done
+    ([CALL, "<ANSWER>done</ANSWER>"], True),  # what it does not
+    ([CALL, "<answer>3</answer>"], True),  # an answer, but not the one that ends the episode
+    ([CALL + "<answer>done</answer>"], True),  # step runs the call, not the answer beside it
+    (["<answer>done</answer>", CALL], True),
+])
+def test_a_tool_use_solution_is_replayed_ending_with_finish(actions, appended):
+    assert contract.finished(actions) == actions + ["<answer>done</answer>"] * appended
 
 
 @pytest.mark.parametrize("status", [[True, True], [], "not a list"])
@@ -1231,8 +1250,12 @@ def test_solution_actions_are_what_a_reply_sends(jail):
 
     jail(Chatty)
     assert contract.solve(None, "src", Seeds([3, 4]), OURS)[3].actions == ["\\boxed{3}"]
-    jail(Chatty, "tool_use")
-    assert contract.solve(None, "src", Seeds([3, 4]), OURS)[3].actions == ["I say \\boxed{3} now"]
+    jail(Chatty, "tool_use")  # our tool-use API: replayed ending with finish(); the reference's not
+    assert contract.solve(None, "src", Seeds([3, 4]), OURS)[3].actions == [
+        "I say \\boxed{3} now", "<answer>done</answer>"]
+    reference = contract.EnvClass("GuessEnv", reference=True, solution=True)
+    assert contract.solve(None, "src", Seeds([3, 4]), reference)[3].actions == [
+        "I say \\boxed{3} now"]
 
 
 def test_a_solution_action_no_reply_can_carry_fails_the_oracle(jail):
