@@ -26,7 +26,7 @@ drops old <think> blocks yields per-turn prompt ids that are exactly what the mo
 A LoRA checkpoint (stages/train/checkpoint.py: an adapter folder) is served as its base with the
 adapter applied, never merged: hf through peft, vllm as a LoRA request on the base.
 Seeds: a request gives the engine its seed (`Sampling.engine_seed`) unless `per_request_seed` is
-off; then no engine gets one (hf does not reseed torch, vllm and openai send none).
+off; then no engine gets one (hf draws from torch's own generator, vllm and openai send none).
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ their logprobs (log_softmax of the raw logits / temperature at each sampled posi
 Guarantees: left-padded micro-batches whose estimated memory stays under a budget, so one long
 prompt never pads a whole batch to its length; only the sampled tokens' logprobs are kept (one
 vocabulary-sized row per live step, never the logits of every step); the end-of-turn token is
-kept in `completion_ids` (training must learn to stop) and skipped in `text`; `seed` makes
-sampling reproducible; the sampling distribution is exactly what `Sampling` says (the model's
+kept in `completion_ids` (training must learn to stop) and skipped in `text`; each
+conversation draws its tokens from a generator of its own, seeded with its seed (`RowSampler`),
+so its sample does not depend on which conversations share its micro-batch (which follows from
+memory and concurrency); the sampling distribution is exactly what `Sampling` says (the model's
 own generation defaults, such as a repetition penalty or top-k, are dropped at load).
 
 Options (BackendSpec.options): `max_batch` (conversations per micro-batch, default 16),
@@ -23,6 +25,7 @@ import gc
 import logging
 import os
 import time
+from dataclasses import replace
 
 from stages.backends import (LOOP_SPAN, BackendSpec, BackendUnavailable, Completion, Message,
                              Sampling, check_local_model, check_model_files, ends_in_loop,
@@ -156,12 +159,9 @@ class HFBackend:
             for i, prompt in enumerate(prompts)]
         todo = sorted((i for i, done in enumerate(results) if done is None),
                       key=lambda i: len(prompts[i]))
-        for number, chosen in enumerate(self.micro_batches(todo, prompts, sampling.max_tokens)):
-            # one generator per micro-batch: with per-conversation seeds, its first one's
-            seed = (sampling.seeds[chosen[0]] if sampling.seeds
-                    else None if sampling.seed is None else sampling.seed + number)
-            part = Sampling(**{**sampling.__dict__, "seed": seed,
-                               "deadlines": tuple(sampling.deadline(i) for i in chosen)})
+        for chosen in self.micro_batches(todo, prompts, sampling.max_tokens):
+            part = replace(sampling, seed=None, seeds=tuple(sampling.seed_for(i) for i in chosen),
+                           deadlines=tuple(sampling.deadline(i) for i in chosen))
             for index, completion in zip(chosen, self.generate_ids([prompts[i] for i in chosen],
                                                                    part)):
                 results[index] = completion
@@ -189,8 +189,6 @@ class HFBackend:
 
     def generate_ids(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         torch = self.torch
-        if sampling.engine_seed is not None:
-            torch.manual_seed(sampling.engine_seed)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
@@ -200,13 +198,12 @@ class HFBackend:
         recorder = SampledLogprobs(torch, 1.0 if greedy else sampling.temperature)
         deadline = Deadline(torch, width, sampling.deadlines or (None,) * len(prompts))
         loops = Loops(torch, width, len(prompts), {pad, *self.eos_ids})
-        kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_tokens,
-                      logits_processor=self.transformers.LogitsProcessorList([recorder]),
+        processors = [recorder] if greedy else [recorder, self.row_sampler(sampling, len(prompts))]
+        # generate runs greedy: a RowSampler has already drawn each row's token
+        kwargs = dict(do_sample=False, max_new_tokens=sampling.max_tokens,
+                      logits_processor=self.transformers.LogitsProcessorList(processors),
                       stopping_criteria=self.transformers.StoppingCriteriaList(
                           [deadline, loops] if sampling.stop_loops else [deadline]))
-        if not greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         with torch.no_grad():
@@ -217,6 +214,19 @@ class HFBackend:
         return [self._completion(prompt, sampled[row].tolist(), logprobs[row].tolist(), sampling,
                                  deadline.cut_at[row], loops.cut_at[row])
                 for row, prompt in enumerate(prompts)]
+
+    def row_sampler(self, sampling: Sampling, rows: int) -> "RowSampler":
+        """Temperature, then top-k, then top-p, as transformers' sampling warps; each row seeded
+        with its conversation's seed (none without per-request seeds: torch's own generator)."""
+        transformers = self.transformers
+        warpers = [transformers.TemperatureLogitsWarper(sampling.temperature)]
+        if sampling.top_k:
+            warpers.append(transformers.TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            warpers.append(transformers.TopPLogitsWarper(sampling.top_p))
+        seeds = [sampling.seed_for(row) if sampling.per_request_seed else None
+                 for row in range(rows)]
+        return RowSampler(self.torch, warpers, seeds, self.device)
 
     def _completion(self, prompt: list[int], ids: list[int], logprobs: list[float],
                     sampling: Sampling, late_at: int | None, loop_at: int | None) -> Completion:
@@ -270,6 +280,34 @@ class SampledLogprobs:
         if len(self.steps) < sampled.shape[1]:
             self._take(sampled[:, len(self.steps)])
         return self.torch.stack(self.steps[:sampled.shape[1]], dim=1).cpu()
+
+
+class RowSampler:
+    """The last logits processor: warps the logits, draws each row's next token with one uniform
+    number from that row's own generator, and leaves the drawn token the only one a greedy step
+    can take. One generator for the whole micro-batch (generate's own sampling) would make a
+    row's tokens depend on the rows beside it.
+
+    The draw inverts the row's cumulative distribution (float64): one random number a row, where
+    `torch.multinomial` fills one per vocabulary entry (a third of a CPU decode step of
+    SmolLM2 at 16 rows, benchmarks/sampler.py --hf)."""
+
+    def __init__(self, torch, warpers: list, seeds: list[int | None], device: str):
+        self.torch, self.warpers, self.device = torch, warpers, device
+        self.generators = [None if seed is None else torch.Generator(device).manual_seed(seed)
+                           for seed in seeds]
+
+    def __call__(self, input_ids, scores):
+        torch = self.torch
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        cumulative = torch.softmax(scores.float(), dim=-1).double().cumsum(dim=-1)
+        uniform = torch.cat([torch.rand(1, generator=generator, dtype=torch.float64,
+                                        device=self.device) for generator in self.generators])
+        # the first token whose cumulative probability passes the draw: never one of probability 0
+        drawn = torch.searchsorted(cumulative, (uniform * cumulative[:, -1])[:, None], right=True)
+        drawn = drawn.clamp_(max=scores.shape[-1] - 1)
+        return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
 
 
 class Loops:

@@ -40,14 +40,56 @@ def test_same_seed_same_samples_other_seed_differs(tiny_backend):
     assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
 
 
-def test_torch_is_reseeded_only_with_per_request_seeds(tiny_backend, monkeypatch):
-    """hf's generator is torch's: `--sampling-seed none` leaves its state to run on."""
-    reseeded = []
-    monkeypatch.setattr(tiny_backend.torch, "manual_seed", reseeded.append)
-    tiny_backend.chat(CONVERSATIONS, Sampling(max_tokens=2, seed=7, per_request_seed=False))
-    assert reseeded == []
-    tiny_backend.chat(CONVERSATIONS[:1], Sampling(max_tokens=2, seed=7))
-    assert reseeded == [7]
+def test_a_conversations_sample_depends_on_its_seed_not_its_batch(tiny_backend, monkeypatch):
+    """Which plays share a micro-batch follows from memory and concurrency: a rollout beside a
+    vLLM server got other samples than the same rollout alone, while each had its own seed."""
+    sampling = Sampling(max_tokens=24, seeds=(11, 12))
+    together = tiny_backend.chat(CONVERSATIONS, sampling)
+    alone = [tiny_backend.chat([conversation], replace(sampling, seeds=(seed,)))[0]
+             for conversation, seed in zip(CONVERSATIONS, sampling.seeds)]
+    monkeypatch.setattr(tiny_backend, "max_batch", 1)
+    split = tiny_backend.chat(CONVERSATIONS, sampling)
+    assert [c.completion_ids for c in together] == [c.completion_ids for c in alone] \
+        == [c.completion_ids for c in split]
+    assert together[0].completion_ids != together[1].completion_ids
+
+
+def test_the_row_sampler_draws_from_the_warped_distribution():
+    """Each row's draw follows softmax(logits / temperature) within top-k, and never a token
+    the warpers removed; a seeded row draws the same token wherever it sits."""
+    import torch
+    import transformers
+
+    from stages.backends.hf import RowSampler
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0, 0.5]])
+    warpers = [transformers.TemperatureLogitsWarper(0.5), transformers.TopKLogitsWarper(4)]
+    rows = 4000
+    sampler = RowSampler(torch, warpers, list(range(rows)), "cpu")
+    chosen = sampler(None, logits.repeat(rows, 1))
+    drawn = chosen.argmax(dim=-1)
+    assert bool((chosen.max(dim=-1).values == 0).all()) and int(torch.isinf(chosen).sum()) \
+        == rows * (logits.shape[1] - 1)
+    kept = [0, 1, 2, 5]  # the top 4
+    expected = torch.softmax(logits[0, kept] / 0.5, dim=-1)
+    counts = torch.bincount(drawn, minlength=logits.shape[1]).double() / rows
+    assert counts[[3, 4]].sum() == 0
+    assert torch.allclose(counts[kept], expected.double(), atol=0.03)
+    moved = RowSampler(torch, warpers, list(range(rows))[::-1], "cpu")(None,
+                                                                      logits.repeat(rows, 1))
+    assert torch.equal(moved.argmax(dim=-1), drawn.flip(0))
+
+
+def test_without_per_request_seeds_samples_come_from_torchs_generator(tiny_backend):
+    """`--sampling-seed none`: no conversation is seeded; torch's own state runs on."""
+    sampling = Sampling(max_tokens=16, seed=7, per_request_seed=False)
+    tiny_backend.torch.manual_seed(5)
+    first = tiny_backend.chat(CONVERSATIONS[:1], sampling)[0]
+    tiny_backend.torch.manual_seed(5)
+    assert tiny_backend.chat(CONVERSATIONS[:1], sampling)[0].completion_ids == first.completion_ids
+    later = {tuple(tiny_backend.chat(CONVERSATIONS[:1], sampling)[0].completion_ids)
+             for _ in range(3)}
+    assert later != {tuple(first.completion_ids)}
 
 
 @pytest.mark.parametrize("sampling", [Sampling(temperature=0.7, max_tokens=8, seed=3),
