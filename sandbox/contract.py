@@ -817,7 +817,8 @@ def wins_most(episodes: list[Callable[[], bool]]) -> str | None:
     return f"{wins} of {wins + losses}" if 2 * wins > len(episodes) else None
 
 
-def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> None:
+def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved],
+                  own_api: bool = True) -> None:
     """Policies that know nothing of this seed's answer must not win.
 
     Doing nothing must never win (on IDLE_SEEDS seeds). Generic actions, and another seed's
@@ -846,8 +847,11 @@ def check_trivial(probe: Probe, facts: EnvFacts, solved: dict[int, Solved]) -> N
     if tally:
         raise ContractError("trivial", f"cycling generic actions wins {tally} episodes")
     if facts.oracle and same_episode(solved):
-        raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode (does reset "
-                            "ignore its seed?): one memorised action list wins every one")
+        # our tool-use API's reset is the base class's: what a designer writes there is setup()
+        asked = ("does setup() draw the task from self.rng?"
+                 if facts.domain == "tool_use" and own_api else "does reset ignore its seed?")
+        raise ContractError("trivial", f"all {len(seeds)} seeds give the same episode ({asked}): "
+                            "one memorised action list wins every one")
     if facts.oracle and len(seeds) > VALIDATION_SEEDS and same_solution(solved):
         # spare seeds were drawn while the solutions agreed, and every one agreed too
         raise ContractError("trivial", f"all {len(seeds)} seeds have the same solution (does the "
@@ -909,7 +913,7 @@ def runtime_checks(sandbox: Sandbox, source: str, seeds: Seeds | Sequence[int]) 
             check_garbage(probe, played[1])
             if facts.oracle:
                 check_oracle(probe, facts, solved, global_random, own_api)
-            check_trivial(probe, facts, solved)
+            check_trivial(probe, facts, solved, own_api)
             if facts.domain == "tool_use":
                 check_reset_gate(probe, played)
                 probe.reset(played[0])

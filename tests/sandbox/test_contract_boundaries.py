@@ -1146,6 +1146,12 @@ def test_the_same_episode_on_every_seed_is_trivial_for_an_env_with_a_solution():
     assert (err.check, err.msg) == ("trivial", "all 3 seeds give the same episode (does reset "
                                     "ignore its seed?): one memorised action list wins every one")
     trivial(GuessEnv(), SEEDS[:3], oracle=False, episodes=same)  # no answers to tell them apart
+    # our tool-use API's designer writes setup(), not reset: the question names what it wrote
+    err = rejected(contract.check_trivial, on(GuessEnv(), "tool_use"), facts(3, "tool_use"), same)
+    assert "(does setup() draw the task from self.rng?)" in err.msg
+    err = rejected(contract.check_trivial, on(GuessEnv(), "tool_use"), facts(3, "tool_use"), same,
+                   own_api=False)
+    assert "(does reset ignore its seed?)" in err.msg
 
 
 def test_the_same_solution_on_more_seeds_than_were_drawn_is_trivial_whatever_they_show():
