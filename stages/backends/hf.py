@@ -283,31 +283,23 @@ class SampledLogprobs:
 
 
 class RowSampler:
-    """The last logits processor: warps the logits, draws each row's next token with one uniform
-    number from that row's own generator, and leaves the drawn token the only one a greedy step
-    can take. One generator for the whole micro-batch (generate's own sampling) would make a
-    row's tokens depend on the rows beside it.
-
-    The draw inverts the row's cumulative distribution (float64): one random number a row, where
-    `torch.multinomial` fills one per vocabulary entry (a third of a CPU decode step of
-    SmolLM2 at 16 rows, benchmarks/sampler.py --hf)."""
+    """The last logits processor: warps the logits, draws each row's next token from that row's
+    own generator, and leaves the drawn token the only one a greedy step can take. One generator
+    for the whole micro-batch (generate's own sampling) would make a row's tokens depend on the
+    rows beside it. The draw is torch's own (`multinomial`), row by row, as generate's is."""
 
     def __init__(self, torch, warpers: list, seeds: list[int | None], device: str):
-        self.torch, self.warpers, self.device = torch, warpers, device
+        self.torch, self.warpers = torch, warpers
         self.generators = [None if seed is None else torch.Generator(device).manual_seed(seed)
                            for seed in seeds]
 
     def __call__(self, input_ids, scores):
-        torch = self.torch
         for warp in self.warpers:
             scores = warp(input_ids, scores)
-        cumulative = torch.softmax(scores.float(), dim=-1).double().cumsum(dim=-1)
-        uniform = torch.cat([torch.rand(1, generator=generator, dtype=torch.float64,
-                                        device=self.device) for generator in self.generators])
-        # the first token whose cumulative probability passes the draw: never one of probability 0
-        drawn = torch.searchsorted(cumulative, (uniform * cumulative[:, -1])[:, None], right=True)
-        drawn = drawn.clamp_(max=scores.shape[-1] - 1)
-        return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
+        probs = self.torch.softmax(scores.float(), dim=-1)
+        drawn = self.torch.stack([self.torch.multinomial(row, 1, generator=generator)
+                                  for row, generator in zip(probs, self.generators)])
+        return self.torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
 
 
 class Loops:
