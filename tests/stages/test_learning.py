@@ -4,7 +4,8 @@ A one-turn env rewards replies whose first character is a lowercase vowel: about
 the tiny random model's replies win at first. Fixed seeds make the run deterministic; the
 margin asserted is several binomial standard deviations of a 64-play estimate. Eight rounds,
 because how far five went depended on the seeds: over 16 other sets of seeds, five rounds
-reached the margin in 11, eight rounds in 16 (the closest +0.20, most to a win rate of 1.0).
+reached the margin in 12, eight rounds in 16 (the closest +0.20; 12 reached a win rate of 0.92
+or more).
 """
 
 from pathlib import Path
