@@ -220,7 +220,7 @@ class HFBackend:
         with its conversation's seed (none without per-request seeds: torch's own generator)."""
         transformers = self.transformers
         warpers = [transformers.TemperatureLogitsWarper(sampling.temperature)]
-        if sampling.top_k:
+        if sampling.top_k > 0:  # 0 (and slime's -1): off
             warpers.append(transformers.TopKLogitsWarper(sampling.top_k))
         if sampling.top_p < 1.0:
             warpers.append(transformers.TopPLogitsWarper(sampling.top_p))
