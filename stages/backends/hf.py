@@ -224,8 +224,7 @@ class HFBackend:
             warpers.append(transformers.TopKLogitsWarper(sampling.top_k))
         if sampling.top_p < 1.0:
             warpers.append(transformers.TopPLogitsWarper(sampling.top_p))
-        seeds = [sampling.seed_for(row) if sampling.per_request_seed else None
-                 for row in range(rows)]
+        seeds = [sampling.one(row).engine_seed for row in range(rows)]
         return RowSampler(self.torch, warpers, seeds, self.device)
 
     def _completion(self, prompt: list[int], ids: list[int], logprobs: list[float],
